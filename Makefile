@@ -1,0 +1,38 @@
+# EvoTrainer — set-up and the two entry points of the README.
+#   make demo   create .venv (CPU stack), then run a short co-evolution run on the embedded defaults
+#   make test   create .venv, then run the test suite (what .ci/run runs)
+# Set-up prefers uv (about 10x faster than pip) and falls back to pip. Torch stays on its CPU build through
+# constraints/cpu.txt; a folder of local wheels named by PIP_FIND_LINKS is searched first.
+
+PYTHON ?= python3
+VENV   ?= .venv
+RUN    ?= runs/demo
+PHASES ?= 3
+BIN     = $(VENV)/bin
+FIND    = $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
+
+.PHONY: setup demo test test-slow clean-demo
+
+setup: $(VENV)/.ready
+
+$(VENV)/.ready: pyproject.toml constraints/cpu.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q uv || true
+	if test -x $(BIN)/uv; then \
+	  $(BIN)/uv pip install -q --python $(BIN)/python $(FIND) -c constraints/cpu.txt -e '.[test]'; \
+	else \
+	  $(BIN)/python -m pip install -q $(FIND) -c constraints/cpu.txt -e '.[test]'; \
+	fi
+	touch $@
+
+demo: setup
+	$(BIN)/evotrainer demo $(RUN) --phases $(PHASES)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow
+
+clean-demo:
+	rm -rf $(RUN)
