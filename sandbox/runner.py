@@ -1,0 +1,313 @@
+"""In-sandbox side of EvoTrainer's harness sandbox: loads untrusted harness code and serves calls into it.
+
+Invoked as ``python -I runner.py HARNESS_DIR`` by ``evotrainer.sandbox.HarnessWorker`` (as a local process,
+under bwrap/unshare, or as the entry point of the Docker image built from ``sandbox/Dockerfile``).
+Standard library only, and it never imports evotrainer: it must run in a bare Python image.
+
+Protocol (JSON lines): one request per line on stdin, one response per line on the *original* stdout.
+While harness code runs, ``sys.stdout`` points at stderr and file descriptor 1 is a copy of stderr, so a
+harness ``print`` (or even ``os.write(1, ...)``) cannot corrupt the protocol; stdin is /dev/null for harness
+code. Responses are ``{"ok": true, "result": ...}`` or
+``{"ok": false, "error": "<file:line ExceptionType: message>", "traceback": "..."}``, where file:line is
+the deepest frame inside HARNESS_DIR. Harness modules are imported lazily, on first use.
+
+Ops: ping, prompts, score, filter, curriculum, diagnostics, selftest, exit (see ``Runner``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import math
+import numbers
+import os
+import sys
+import traceback
+from typing import Any, Callable, BinaryIO
+
+MAX_SUMMARY = 500  # characters of the one-line error summary
+MAX_TRACEBACK = 20_000  # characters of the traceback sent back
+
+
+class ContractError(Exception):
+    """Harness code ran but broke the harness API (wrong type, non-finite number, missing level, ...)."""
+
+
+class BadRequest(Exception):
+    """The request itself is malformed (not harness code's fault)."""
+
+
+def _one_line(text: str, limit: int = MAX_SUMMARY) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class Runner:
+    """Dispatches protocol requests to the harness modules found in ``harness_dir``."""
+
+    OPS = ("ping", "prompts", "score", "filter", "curriculum", "diagnostics", "selftest", "exit")
+
+    def __init__(self, harness_dir: str) -> None:
+        self.harness_dir = os.path.realpath(harness_dir)
+        self.exiting = False
+
+    # ---------------------------------------------------------------- errors
+
+    def _rel(self, filename: str) -> str | None:
+        """``filename`` relative to the harness dir, or None when it lies outside it."""
+        try:
+            path = os.path.realpath(filename)
+        except (TypeError, ValueError):
+            return None
+        if path.startswith(self.harness_dir + os.sep):
+            return os.path.relpath(path, self.harness_dir)
+        return None
+
+    def where(self, fn: Any) -> str:
+        """``file.py:LINE`` of a harness function's definition (for contract errors), else its name."""
+        code = getattr(fn, "__code__", None)
+        rel = self._rel(code.co_filename) if code is not None else None
+        return f"{rel}:{code.co_firstlineno}" if rel else getattr(fn, "__qualname__", repr(fn))
+
+    def summarize(self, exc: BaseException) -> str:
+        """One line: ``file:line ExceptionType: message`` at the deepest frame inside the harness dir."""
+        if isinstance(exc, (ContractError, BadRequest)):
+            return _one_line(str(exc))
+        name = type(exc).__name__
+        message = str(exc)
+        location, source = None, ""
+        if isinstance(exc, SyntaxError) and exc.filename and self._rel(exc.filename):
+            location = f"{self._rel(exc.filename)}:{exc.lineno}"
+            message = exc.msg or message
+        else:
+            for frame in traceback.extract_tb(exc.__traceback__):
+                rel = self._rel(frame.filename)
+                if rel:
+                    location, source = f"{rel}:{frame.lineno}", (frame.line or "").strip()
+        if not message and source:  # e.g. a bare `assert x == 1` or MemoryError: show the failing line
+            message = source
+        text = f"{name}: {message}" if message else name
+        return _one_line(f"{location} {text}" if location else text)
+
+    def failure(self, exc: BaseException) -> dict:
+        if isinstance(exc, BadRequest):  # the caller's mistake: the runner's own traceback is noise
+            return {"ok": False, "error": self.summarize(exc), "traceback": ""}
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return {"ok": False, "error": self.summarize(exc), "traceback": tb[-MAX_TRACEBACK:]}
+
+    # ---------------------------------------------------------------- harness access
+
+    def module(self, name: str) -> Any:
+        """Import a harness module by name (cached by Python after the first successful import)."""
+        module = importlib.import_module(name)
+        origin = getattr(module, "__file__", None) or ""
+        if not self._rel(origin):
+            raise ContractError(f"{name}.py not found in the harness directory (got {origin or 'a built-in'})")
+        return module
+
+    def attr(self, module_name: str, attr: str, kind: type | None = None) -> Any:
+        value = getattr(self.module(module_name), attr, None)
+        if value is None:
+            raise ContractError(f"{module_name}.py does not define {attr}")
+        if kind is callable and not callable(value):
+            raise ContractError(f"{module_name}.{attr} is not callable")
+        if kind not in (None, callable) and not isinstance(value, kind):
+            raise ContractError(f"{module_name}.{attr} must be a {kind.__name__}, got {type(value).__name__}")
+        return value
+
+    @staticmethod
+    def number(value: Any, what: str, *, allow_none: bool = False) -> float | None:
+        """``value`` as a finite float, else a ContractError naming ``what``."""
+        if value is None and allow_none:
+            return None
+        if not isinstance(value, numbers.Real):
+            raise ContractError(f"{what} returned {type(value).__name__} {_one_line(repr(value), 80)}, "
+                                "expected a finite number")
+        out = float(value)
+        if not math.isfinite(out):
+            raise ContractError(f"{what} returned {out}, expected a finite number")
+        return out
+
+    # ---------------------------------------------------------------- ops
+
+    def op_ping(self, req: dict) -> str:
+        return "pong"
+
+    def op_exit(self, req: dict) -> str:
+        self.exiting = True
+        return "bye"
+
+    def op_prompts(self, req: dict) -> list[str]:
+        make_prompt = self.attr("prompt", "make_prompt", callable)
+        out = []
+        for task in _field(req, "tasks", list):
+            prompt = make_prompt(task)
+            if not isinstance(prompt, str):
+                raise ContractError(f"{self.where(make_prompt)} make_prompt returned "
+                                    f"{type(prompt).__name__}, expected str")
+            out.append(prompt)
+        return out
+
+    def op_score(self, req: dict) -> list[dict[str, float]]:
+        components = self.attr("rewards", "COMPONENTS", dict)
+        for name, fn in components.items():
+            if not isinstance(name, str) or not callable(fn):
+                raise ContractError(f"rewards.COMPONENTS must map names to functions; bad entry {name!r}")
+        out = []
+        for sample in _field(req, "samples", list):
+            out.append({
+                name: self.number(fn(sample), f"{self.where(fn)} reward component {name!r}")
+                for name, fn in components.items()
+            })
+        return out
+
+    def op_filter(self, req: dict) -> list[list[bool]]:
+        keep_rollout = self.attr("filters", "keep_rollout", callable)
+        keep_group = self.attr("filters", "keep_group", callable)
+        out = []
+        for group in _field(req, "groups", list):
+            if not isinstance(group, list):
+                raise BadRequest("bad request: every group must be a list of rollouts")
+            group_kept = bool(keep_group(group))
+            out.append([bool(keep_rollout(rollout)) and group_kept for rollout in group])
+        return out
+
+    def op_curriculum(self, req: dict) -> dict[str, float]:
+        weights = self.attr("curriculum", "weights", callable)
+        levels = [str(level) for level in _field(req, "levels", list)]
+        result = weights(levels, _field(req, "base", dict), _field(req, "history", dict))
+        where = f"{self.where(weights)} curriculum.weights"
+        if not isinstance(result, dict):
+            raise ContractError(f"{where} returned {type(result).__name__}, expected a dict level -> weight")
+        result = {str(k): v for k, v in result.items()}
+        missing = [level for level in levels if level not in result]
+        extra = sorted(set(result) - set(levels))
+        if missing or extra:
+            raise ContractError(f"{where} must return exactly the levels {levels}; "
+                                f"missing {missing}, unexpected {extra}")
+        out = {level: self.number(result[level], f"{where} for level {level!r}") for level in levels}
+        if any(w < 0 for w in out.values()) or not any(w > 0 for w in out.values()):
+            raise ContractError(f"{where} returned {out}: weights must be >= 0 with at least one > 0")
+        return out
+
+    def op_diagnostics(self, req: dict) -> dict[str, dict]:
+        metrics = self.attr("diagnostics", "METRICS", dict)
+        rollouts = _field(req, "rollouts", list)
+        out = {}
+        for name, spec in metrics.items():
+            entry: dict[str, Any] = {"value": None, "min": None, "max": None, "help": "", "error": None}
+            try:
+                if not isinstance(spec, dict) or not callable(spec.get("fn")):
+                    raise ContractError(f"diagnostics.METRICS[{name!r}] must be a dict with a callable 'fn'")
+                entry["help"] = str(spec.get("help") or "")
+                entry["min"] = self.number(spec.get("min"), f"metric {name!r} min", allow_none=True)
+                entry["max"] = self.number(spec.get("max"), f"metric {name!r} max", allow_none=True)
+                entry["value"] = self.number(spec["fn"](rollouts), f"{self.where(spec['fn'])} metric {name!r}")
+            except Exception as exc:  # one broken metric must not hide the others
+                entry["error"] = self.summarize(exc)
+            out[str(name)] = entry
+        return out
+
+    def op_selftest(self, req: dict) -> dict:
+        """Run every top-level ``test_*`` function of ``HARNESS_DIR/tests/test_*.py``; import errors fail."""
+        tests_dir = os.path.join(self.harness_dir, "tests")
+        files = sorted(f for f in os.listdir(tests_dir) if f.startswith("test_") and f.endswith(".py")) \
+            if os.path.isdir(tests_dir) else []
+        if tests_dir not in sys.path:
+            sys.path.append(tests_dir)  # lets tests import helper modules that sit beside them
+        passed: list[str] = []
+        failed: list[dict] = []
+        for filename in files:
+            mod_name = f"_harness_tests_{filename[:-3]}"
+            try:
+                spec = importlib.util.spec_from_file_location(mod_name, os.path.join(tests_dir, filename))
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[mod_name] = module
+                spec.loader.exec_module(module)
+            except BaseException as exc:  # noqa: BLE001 - a test file's SystemExit is a failure too
+                sys.modules.pop(mod_name, None)
+                failed.append({"name": f"tests/{filename}", "error": self.summarize(exc)})
+                continue
+            for name, fn in list(vars(module).items()):
+                if not (name.startswith("test_") and callable(fn) and hasattr(fn, "__code__")):
+                    continue
+                test_id = f"tests/{filename}::{name}"
+                try:
+                    fn()
+                except BaseException as exc:  # noqa: BLE001
+                    failed.append({"name": test_id, "error": self.summarize(exc)})
+                else:
+                    passed.append(test_id)
+            sys.modules.pop(mod_name, None)
+        return {"passed": passed, "failed": failed, "n": len(passed) + len(failed)}
+
+    # ---------------------------------------------------------------- dispatch
+
+    def handle(self, line: bytes) -> dict:
+        """One request line -> one response dict (never raises)."""
+        try:
+            try:
+                req = json.loads(line)
+            except ValueError as exc:
+                raise BadRequest(f"malformed request: not valid JSON ({exc})") from None
+            if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+                raise BadRequest('malformed request: expected a JSON object with a string "op"')
+            op = req["op"]
+            if op not in self.OPS:
+                raise BadRequest(f"unknown op {op!r}; expected one of {', '.join(self.OPS)}")
+            handler: Callable[[dict], Any] = getattr(self, f"op_{op}")
+            return {"ok": True, "result": handler(req)}
+        except BaseException as exc:  # noqa: BLE001 - harness SystemExit etc. must not end the runner
+            return self.failure(exc)
+
+
+def _field(req: dict, name: str, kind: type) -> Any:
+    value = req.get(name)
+    if not isinstance(value, kind):
+        raise BadRequest(f"bad request for op {req.get('op')!r}: field {name!r} must be a {kind.__name__}")
+    return value
+
+
+def _protocol_streams() -> tuple[BinaryIO, BinaryIO]:
+    """Keep private copies of stdin/stdout for the protocol; point fd 0 at /dev/null and fd 1 at stderr."""
+    proto_in = os.fdopen(os.dup(0), "rb")
+    proto_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    sys.stdin = open(os.devnull, encoding="utf-8")
+    sys.stdout = sys.stderr
+    return proto_in, proto_out
+
+
+def _send(out: BinaryIO, response: dict) -> None:
+    try:
+        data = json.dumps(response, allow_nan=False)
+    except (TypeError, ValueError) as exc:  # results are validated, so this means a runner bug
+        data = json.dumps({"ok": False, "error": f"unserializable response: {exc}", "traceback": ""})
+    out.write(data.encode("utf-8") + b"\n")
+    out.flush()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or not os.path.isdir(argv[1]):
+        print("usage: python -I runner.py HARNESS_DIR", file=sys.stderr)
+        return 2
+    sys.dont_write_bytecode = True  # never litter the harness repo with __pycache__
+    runner = Runner(argv[1])
+    proto_in, proto_out = _protocol_streams()
+    sys.path.insert(0, runner.harness_dir)
+    for line in proto_in:
+        if not line.strip():
+            continue
+        sys.stdout = sys.stderr  # harness code may have replaced it
+        _send(proto_out, runner.handle(line))
+        if runner.exiting:
+            break
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

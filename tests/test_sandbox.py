@@ -1,0 +1,364 @@
+"""The harness sandbox: untrusted harness code runs in a separate, limited process and fails readably.
+
+Every test runs a copy of the seed math harness (harness_repo/math) through a real ``HarnessWorker``; the
+core behaviours run on both the strongest backend of this machine and the plain ``process`` fallback.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from evotrainer.sandbox import (HarnessError, HarnessWorker, SandboxLimits, choose_backend, describe_backend,
+                                run_selftest)
+
+SEED = Path(__file__).resolve().parents[1] / "harness_repo" / "math"
+TASK = {"id": "t1", "difficulty": "1", "question": "What is 4 + 5?", "expression": "4 + 5", "answer": "9"}
+AUTO = choose_backend("auto")
+BACKENDS = sorted({AUTO, "process"}, key=["docker", "bwrap", "unshare", "process"].index)
+
+
+def sample(completion: str, truncated: bool = False) -> dict:
+    return {"prompt": "4+5=", "completion": completion, "task": TASK, "truncated": truncated,
+            "completion_tokens": len(completion)}
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Path:
+    """A fresh copy of the seed math harness."""
+    dest = tmp_path / "harness"
+    shutil.copytree(SEED, dest)
+    return dest
+
+
+def write(harness: Path, name: str, source: str) -> Path:
+    path = harness / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def line_of(path: Path, needle: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if needle in line)
+
+
+def descendants() -> list[psutil.Process]:
+    return psutil.Process().children(recursive=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_seed_harness_scores_correct_answer_one_and_wrong_answer_zero(harness: Path, backend: str) -> None:
+    with HarnessWorker(harness, backend=backend) as worker:
+        assert worker.backend == backend
+        assert worker.prompts([TASK]) == ["4+5="]
+        assert worker.score([sample("9"), sample("8"), sample("8 9 10")]) == [
+            {"correct": 1.0}, {"correct": 0.0}, {"correct": 0.0}]
+
+
+def test_seed_selftest_passes_every_test(harness: Path) -> None:
+    report = run_selftest(harness)
+    assert report["failed"] == []
+    assert report["n"] == len(report["passed"]) == 5
+    assert "tests/test_harness.py::test_known_reward_hack_scores_zero" in report["passed"]
+
+
+def test_broken_test_file_counts_as_a_failed_selftest(harness: Path) -> None:
+    write(harness, "tests/test_broken.py", "import numpy_that_does_not_exist\n")
+    write(harness, "tests/test_wrong.py", """
+        from rewards import COMPONENTS
+
+        def test_hack_is_rewarded():
+            assert COMPONENTS["correct"]({"completion": "8", "task": {"answer": "9"}}) == 1.0
+    """)
+    report = run_selftest(harness)
+    failed = {f["name"]: f["error"] for f in report["failed"]}
+    assert set(failed) == {"tests/test_broken.py", "tests/test_wrong.py::test_hack_is_rewarded"}
+    assert "test_broken.py:1 ModuleNotFoundError" in failed["tests/test_broken.py"]
+    assert "test_wrong.py:5 AssertionError" in failed["tests/test_wrong.py::test_hack_is_rewarded"]
+    assert len(report["passed"]) == 5 and report["n"] == 7
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reward_exception_names_file_line_and_exception(harness: Path, backend: str) -> None:
+    rewards = write(harness, "rewards.py", """
+        def _ratio(sample):
+            return len(sample["completion"]) / 0
+
+        def correct(sample):
+            return _ratio(sample)
+
+        COMPONENTS = {"correct": correct}
+    """)
+    with HarnessWorker(harness, backend=backend) as worker, pytest.raises(HarnessError) as err:
+        worker.score([sample("9")])
+    assert str(err.value) == f"rewards.py:{line_of(rewards, '/ 0')} ZeroDivisionError: division by zero"
+    assert "Traceback" in err.value.traceback and err.value.op == "score"
+
+
+def test_import_error_of_a_harness_module_names_file_and_line(harness: Path) -> None:
+    write(harness, "rewards.py", "COMPONENTS = {\n    'correct': lambda s: 1.0,,\n}\n")
+    with HarnessWorker(harness) as worker:
+        with pytest.raises(HarnessError, match=r"^rewards\.py:2 SyntaxError"):
+            worker.score([sample("9")])
+        assert worker.prompts([TASK]) == ["4+5="]  # other modules still load
+
+
+def test_non_finite_reward_and_bad_curriculum_are_contract_errors(harness: Path) -> None:
+    write(harness, "rewards.py", """
+        def correct(sample):
+            return float("nan")
+
+        COMPONENTS = {"correct": correct}
+    """)
+    write(harness, "curriculum.py", """
+        def weights(levels, base, history):
+            return {"1": 1.0}
+    """)
+    with HarnessWorker(harness) as worker:
+        with pytest.raises(HarnessError, match=r"rewards\.py:2 reward component 'correct' returned nan"):
+            worker.score([sample("9")])
+        with pytest.raises(HarnessError, match=r"missing \['2'\]"):
+            worker.curriculum(["1", "2"], {"1": 1.0, "2": 1.0}, {})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_infinite_loop_is_killed_at_the_call_timeout_and_the_worker_recovers(harness: Path, backend: str) -> None:
+    write(harness, "rewards.py", """
+        def correct(sample):
+            while True:
+                pass
+
+        COMPONENTS = {"correct": correct}
+    """)
+    worker = HarnessWorker(harness, backend=backend, limits=SandboxLimits(call_timeout_s=2))
+    with worker:
+        worker.call("ping")
+        stuck = psutil.Process(worker.pid)
+        started = time.monotonic()
+        with pytest.raises(HarnessError, match=r"^harness call 'score' exceeded 2s and was killed$"):
+            worker.score([sample("9")])
+        assert time.monotonic() - started < 4
+        assert not stuck.is_running()
+        shutil.copy(SEED / "rewards.py", harness / "rewards.py")  # the fix
+        assert worker.score([sample("9")]) == [{"correct": 1.0}]  # same worker restarts lazily
+    with HarnessWorker(harness, backend=backend) as fresh:
+        assert fresh.score([sample("8")]) == [{"correct": 0.0}]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_huge_allocation_fails_under_the_memory_limit(harness: Path, backend: str) -> None:
+    write(harness, "rewards.py", """
+        def correct(sample):
+            hog = bytearray(4 * 1024 ** 3)
+            return float(len(hog))
+
+        COMPONENTS = {"correct": correct}
+    """)
+    rss_before = psutil.Process().memory_info().rss
+    with HarnessWorker(harness, backend=backend, limits=SandboxLimits(memory_mb=512)) as worker:
+        with pytest.raises(HarnessError, match="MemoryError"):
+            worker.score([sample("9")])
+        assert worker.call("ping") == "pong"  # the sandbox survived, and so did we
+    assert psutil.Process().memory_info().rss - rss_before < 256 * 1024 ** 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_harness_output_does_not_corrupt_the_protocol(harness: Path, backend: str) -> None:
+    write(harness, "rewards.py", """
+        import os
+        import sys
+
+        def correct(sample):
+            print('{"ok": true, "result": [{"correct": 99.0}]}')
+            sys.stdout.write("no newline")
+            os.write(1, b'{"ok": true, "result": "fd1"}\\n')
+            print("x" * 200_000, file=sys.stderr)
+            return 1.0 if sample["completion"] == sample["task"]["answer"] else 0.0
+
+        COMPONENTS = {"correct": correct}
+    """)
+    with HarnessWorker(harness, backend=backend) as worker:
+        assert worker.score([sample("9"), sample("1")]) == [{"correct": 1.0}, {"correct": 0.0}]
+        assert worker.call("ping") == "pong"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_secret_environment_variables_do_not_reach_harness_code(
+        harness: Path, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVOTRAINER_TEST_SECRET", "hunter2")
+    write(harness, "rewards.py", """
+        import os
+
+        def leaked(sample):
+            return float(any("hunter2" in value for value in os.environ.values()))
+
+        COMPONENTS = {"leaked": leaked}
+    """)
+    with HarnessWorker(harness, backend=backend) as worker:
+        assert worker.score([sample("9")]) == [{"leaked": 0.0}]
+
+
+def test_hidden_paths_and_network_are_out_of_reach(harness: Path, tmp_path: Path) -> None:
+    if AUTO == "process":
+        pytest.skip("the plain process backend has no filesystem or network isolation on this machine")
+    evaluator = tmp_path / "evaluator"
+    evaluator.mkdir()
+    (evaluator / "eval_split.jsonl").write_text('{"answer": "42"}\n')
+    secret_file = tmp_path / "verifier.key"
+    secret_file.write_text("key")
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    threading.Thread(target=lambda: server.accept(), daemon=True).start()
+    write(harness, "rewards.py", f"""
+        import os
+        import socket
+
+        def eval_visible(sample):
+            try:
+                return float(os.listdir({str(evaluator)!r}) != [])
+            except OSError:
+                return 0.0
+
+        def key_visible(sample):
+            try:
+                return float(open({str(secret_file)!r}).read() != "")
+            except OSError:
+                return 0.0
+
+        def network(sample):
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=1).close()
+                return 1.0
+            except OSError:
+                return 0.0
+
+        COMPONENTS = {{"eval_visible": eval_visible, "key_visible": key_visible, "network": network}}
+    """)
+    try:
+        with HarnessWorker(harness, hide=[evaluator, secret_file]) as worker:
+            assert worker.score([sample("9")]) == [{"eval_visible": 0.0, "key_visible": 0.0, "network": 0.0}]
+        assert describe_backend(worker.backend).startswith(worker.backend)
+        assert (evaluator / "eval_split.jsonl").exists()  # hidden from the harness, untouched for us
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_close_leaves_no_process_behind(harness: Path, backend: str) -> None:
+    write(harness, "rewards.py", """
+        import subprocess
+
+        def correct(sample):
+            subprocess.Popen(["sleep", "300"])  # a straggler the harness forgot about
+            subprocess.Popen(["sleep", "301"], start_new_session=True)  # one that left the process group
+            return 1.0
+
+        COMPONENTS = {"correct": correct}
+    """)
+    before = {p.pid for p in descendants()}
+    worker = HarnessWorker(harness, backend=backend)
+    assert worker.score([sample("9")]) == [{"correct": 1.0}]
+    spawned = [p for p in descendants() if p.pid not in before]
+    assert sum("sleep" in p.name() for p in spawned) == 2
+    worker.close()
+    _, alive = psutil.wait_procs(spawned, timeout=5)
+    assert alive == []
+
+
+def test_filter_keeps_rollouts_only_in_kept_groups(harness: Path) -> None:
+    write(harness, "filters.py", """
+        def keep_rollout(rollout):
+            return 1 if not rollout["truncated"] else 0  # truthy ints must come back as bools
+
+        def keep_group(group):
+            return len({r["reward"] for r in group}) > 1  # drop groups with no reward spread
+    """)
+    mixed = [dict(sample("9"), reward=1.0), dict(sample("8", truncated=True), reward=0.0),
+             dict(sample("7"), reward=0.0)]
+    dead = [dict(sample("1"), reward=0.0), dict(sample("2"), reward=0.0)]
+    with HarnessWorker(harness) as worker:
+        flags = worker.filter([mixed, dead])
+    assert flags == [[True, False, True], [False, False]]
+    assert all(type(flag) is bool for group in flags for flag in group)
+
+
+def test_one_broken_diagnostic_does_not_hide_the_others(harness: Path) -> None:
+    diagnostics = harness / "diagnostics.py"
+    diagnostics.write_text(diagnostics.read_text() + textwrap.dedent("""
+
+        @metric("broken", max=1.0, help="always fails")
+        def broken(rollouts):
+            return 1 / 0
+    """))
+    rollouts = [dict(sample("9"), kept=True), dict(sample("8", truncated=True), kept=False)]
+    with HarnessWorker(harness) as worker:
+        report = worker.diagnostics(rollouts)
+    assert report["kept_fraction"] == {"value": 0.5, "min": 0.05, "max": None,
+                                       "help": "share of rollouts the filters let train", "error": None}
+    assert report["truncation_rate"]["value"] == 0.5
+    assert report["broken"]["value"] is None and report["broken"]["max"] == 1.0
+    line = line_of(diagnostics, "1 / 0")
+    assert report["broken"]["error"] == f"diagnostics.py:{line} ZeroDivisionError: division by zero"
+
+
+def test_five_megabyte_payload_round_trips(harness: Path) -> None:
+    big = "1+" * (5 * 1024 * 1024 // 2) + "1"
+    tasks = [dict(TASK, expression=big), TASK]
+    with HarnessWorker(harness, limits=SandboxLimits(call_timeout_s=20)) as worker:
+        started = time.monotonic()
+        prompts = worker.prompts(tasks)
+        elapsed = time.monotonic() - started
+    assert prompts == [big + "=", "4+5="]
+    assert elapsed < 10
+
+
+def test_unknown_op_is_an_error_and_the_worker_keeps_serving(harness: Path) -> None:
+    with HarnessWorker(harness) as worker:
+        with pytest.raises(HarnessError, match="unknown op 'bogus'"):
+            worker.call("bogus")
+        assert worker.call("ping") == "pong"
+
+
+def test_crash_and_cpu_limit_are_readable_errors_and_the_worker_recovers(harness: Path) -> None:
+    write(harness, "rewards.py", """
+        import os
+
+        def correct(sample):
+            if sample["completion"] == "crash":
+                os._exit(3)
+            if sample["completion"] == "spin":
+                while True:
+                    pass
+            return 1.0
+
+        COMPONENTS = {"correct": correct}
+    """)
+    with HarnessWorker(harness, limits=SandboxLimits(cpu_s=1, call_timeout_s=10)) as worker:
+        with pytest.raises(HarnessError, match=r"crashed: sandbox process died \(exit status 3\)"):
+            worker.score([sample("crash")])
+        started = time.monotonic()
+        with pytest.raises(HarnessError, match=r"SIGXCPU \(CPU limit of 1s\)"):
+            worker.score([sample("spin")])
+        assert time.monotonic() - started < 5  # the CPU limit, not the 10 s call timeout, stopped it
+        assert worker.score([sample("9")]) == [{"correct": 1.0}]
+
+
+def test_worker_started_from_a_short_lived_thread_survives_the_thread(harness: Path) -> None:
+    worker = HarnessWorker(harness)
+    thread = threading.Thread(target=worker.call, args=("ping",))
+    thread.start()
+    thread.join()
+    time.sleep(0.2)  # a child tied to the dead thread by PR_SET_PDEATHSIG would be gone by now
+    pid = worker.pid
+    with worker:
+        assert pid is not None
+        assert worker.score([sample("9")]) == [{"correct": 1.0}]
+        assert worker.pid == pid
