@@ -1,0 +1,248 @@
+"""Diagnostician: reads the phase's rollouts and history, and says what is failing, with evidence.
+
+The built-in (heuristic) Diagnostician computes a health report in four layers and turns each rule that fires
+into a Diagnosis carrying its figures with 95% intervals and example rollout ids:
+
+    score     held-out accuracy against the previous and the best phase (two-proportion interval)
+    signal    dead-group ratio, dead groups that still train, kept fraction
+    behavior  format failures, truncation, verified-correct-but-truncated, reward/verified disagreement,
+              completion-length trend
+    version   accuracy lost right after a promoted harness edit
+
+Rules fire on the point estimate crossing a threshold; how sure the evidence is (the interval against the
+threshold) becomes the diagnosis's confidence, which the Critic judges.
+"""
+
+from __future__ import annotations
+
+import math
+
+from agents import PhaseEvidence
+from evotrainer.contracts import Diagnosis, MetricEvidence
+from evotrainer.metrics import group_evidence, rate_evidence, wilson
+from evotrainer.rollouts import groups_of, group_stats
+
+THRESHOLDS = {
+    "dead_group_ratio": 0.35,
+    "kept_dead_ratio": 0.25,
+    "kept_fraction_min": 0.2,
+    "format_failure_rate": 0.10,
+    "truncation_rate": 0.10,
+    "correct_truncated_rate": 0.05,
+    "disagreement_rate": 0.03,
+    "length_growth": 0.5,
+}
+
+
+def _examples(rows: list[dict], k: int = 5) -> list[str]:
+    return [f"{r['group_id']}/{r['sample_idx']}" for r in rows[:k]]
+
+
+def _confidence(ev: MetricEvidence, direction: str) -> float:
+    """How far the interval clears the threshold: 0.9 when all of it does, 0.5 when only the estimate does."""
+    if ev.threshold is None:
+        return 0.5
+    clear = ev.low > ev.threshold if direction == "above" else ev.high < ev.threshold
+    return 0.9 if clear else 0.5
+
+
+def _severity(value: float, threshold: float, span: float) -> float:
+    return max(0.05, min(1.0, (value - threshold) / span + 0.3))
+
+
+class HeuristicDiagnostician:
+    name = "heuristic"
+
+    def diagnose(self, ev: PhaseEvidence) -> list[Diagnosis]:
+        out: list[Diagnosis] = []
+        prefix = f"d{ev.phase}"
+        for rule in (self._score, self._version, self._dead_groups, self._diluted, self._kept,
+                     self._format, self._truncation, self._correct_truncated, self._disagreement, self._length):
+            d = rule(ev)
+            if d is not None:
+                d.id = f"{prefix}-{len(out) + 1}"
+                out.append(d)
+        return out
+
+    # score ----------------------------------------------------------------------------------------------------
+    def _score(self, ev: PhaseEvidence) -> Diagnosis | None:
+        if len(ev.results) < 2:
+            return None
+        cur = ev.current.eval
+        best = max(ev.results[:-1], key=lambda r: r.eval.accuracy)
+        drop = best.eval.accuracy - cur.accuracy
+        se = math.sqrt(cur.accuracy * (1 - cur.accuracy) / max(cur.n, 1)
+                       + best.eval.accuracy * (1 - best.eval.accuracy) / max(best.eval.n, 1))
+        if drop <= 1.96 * se or drop <= 0:
+            return None
+        lo, hi = wilson(cur.accuracy * cur.n, cur.n)
+        return Diagnosis(
+            id="", layer="score", failure_mode="accuracy_regression",
+            statement=f"Held-out accuracy fell to {cur.accuracy:.1%} from {best.eval.accuracy:.1%} "
+                      f"(phase {best.phase}), beyond the {1.96 * se:.1%} sampling margin.",
+            evidence=[MetricEvidence(name="eval_accuracy", value=cur.accuracy, low=lo, high=hi, n=cur.n,
+                                     threshold=best.eval.accuracy - 1.96 * se)],
+            severity=min(1.0, 0.5 + drop * 5), confidence=0.9,
+        )
+
+    def _version(self, ev: PhaseEvidence) -> Diagnosis | None:
+        promo = ev.last_promotion
+        if not promo or len(ev.results) < 2:
+            return None
+        cur, prev = ev.current.eval, ev.results[-2].eval
+        drop = prev.accuracy - cur.accuracy
+        se = math.sqrt(cur.accuracy * (1 - cur.accuracy) / max(cur.n, 1)
+                       + prev.accuracy * (1 - prev.accuracy) / max(prev.n, 1))
+        if drop <= 1.96 * se:
+            return None
+        return Diagnosis(
+            id="", layer="version", failure_mode="edit_regression",
+            statement=f"Accuracy fell {drop:.1%} (to {cur.accuracy:.1%}) in the first phase trained on "
+                      f"{promo.get('branch')} ({promo.get('intervention')}).",
+            evidence=[MetricEvidence(name="eval_accuracy_drop", value=drop, low=drop - 1.96 * se,
+                                     high=drop + 1.96 * se, n=cur.n, threshold=0.0)],
+            severity=min(1.0, 0.5 + drop * 5), confidence=0.9 if drop - 1.96 * se > 0 else 0.5,
+        )
+
+    # signal ---------------------------------------------------------------------------------------------------
+    def _dead_groups(self, ev: PhaseEvidence) -> Diagnosis | None:
+        th = THRESHOLDS["dead_group_ratio"]
+        e = group_evidence("dead_group_ratio", ev.rollouts, lambda rs: group_stats(rs)["dead_group_ratio"],
+                           threshold=th)
+        if e.value <= th:
+            return None
+        groups = list(groups_of(ev.rollouts).values())
+        dead = [g for g in groups if max(r["reward"] for r in g) - min(r["reward"] for r in g) < 1e-6]
+        solved = sum(all(r["verified"] for r in g) for g in dead)
+        unsolved = sum(not any(r["verified"] for r in g) for g in dead)
+        dead_ids = {g[0]["group_id"] for g in dead}
+        by_level: dict[str, tuple[int, int]] = {}
+        for g in groups:
+            lv = g[0]["difficulty"]
+            total, d = by_level.get(lv, (0, 0))
+            by_level[lv] = (total + 1, d + (g[0]["group_id"] in dead_ids))
+        levels = ", ".join(f"level {lv}: {d / t:.0%}" for lv, (t, d) in sorted(by_level.items()))
+        extra = [rate_evidence("dead_groups_all_correct", solved, len(groups)),
+                 rate_evidence("dead_groups_all_wrong", unsolved, len(groups))]
+        return Diagnosis(
+            id="", layer="signal", failure_mode="dead_groups",
+            statement=f"{e.value:.0%} of GRPO groups have no reward spread (all {solved} solved, {unsolved} "
+                      f"unsolved of {len(dead)}), so they give no advantage; by level: {levels}.",
+            evidence=[e, *extra], rollout_ids=_examples([g[0] for g in dead]),
+            severity=_severity(e.value, th, 0.5), confidence=_confidence(e, "above"),
+        )
+
+    def _diluted(self, ev: PhaseEvidence) -> Diagnosis | None:
+        th = THRESHOLDS["kept_dead_ratio"]
+        e = group_evidence("kept_dead_ratio", ev.rollouts, lambda rs: group_stats(rs)["kept_dead_ratio"],
+                           threshold=th)
+        if e.value <= th:
+            return None
+        return Diagnosis(
+            id="", layer="signal", failure_mode="diluted_batch",
+            statement=f"{e.value:.0%} of the groups that train have zero advantage: they take batch slots and "
+                      f"dilute the per-sequence loss without adding gradient.",
+            evidence=[e], severity=_severity(e.value, th, 0.6), confidence=_confidence(e, "above"),
+        )
+
+    def _kept(self, ev: PhaseEvidence) -> Diagnosis | None:
+        th = THRESHOLDS["kept_fraction_min"]
+        rows = ev.rollouts
+        kept = sum(r["kept"] for r in rows)
+        e = rate_evidence("kept_fraction", kept, len(rows), threshold=th)
+        if e.value >= th:
+            return None
+        return Diagnosis(
+            id="", layer="signal", failure_mode="over_filtering",
+            statement=f"Only {e.value:.0%} of rollouts pass the harness filters, starving the update.",
+            evidence=[e], severity=_severity(th - e.value, 0, 0.3), confidence=_confidence(e, "below"),
+        )
+
+    # behavior -------------------------------------------------------------------------------------------------
+    def _format(self, ev: PhaseEvidence) -> Diagnosis | None:
+        th = THRESHOLDS["format_failure_rate"]
+        bad = [r for r in ev.rollouts if ev.domain.extract_answer(r["completion"]) is None]
+        e = rate_evidence("format_failure_rate", len(bad), len(ev.rollouts), threshold=th)
+        if e.value <= th:
+            return None
+        return Diagnosis(
+            id="", layer="behavior", failure_mode="format_failures",
+            statement=f"{e.value:.0%} of completions give no answer in the expected format (e.g. "
+                      f"{bad[0]['completion'][:20]!r}).",
+            evidence=[e], rollout_ids=_examples(bad), severity=_severity(e.value, th, 0.5),
+            confidence=_confidence(e, "above"),
+        )
+
+    def _truncation(self, ev: PhaseEvidence) -> Diagnosis | None:
+        th = THRESHOLDS["truncation_rate"]
+        cut = [r for r in ev.rollouts if r["truncated"]]
+        e = rate_evidence("truncation_rate", len(cut), len(ev.rollouts), threshold=th)
+        if e.value <= th:
+            return None
+        return Diagnosis(
+            id="", layer="behavior", failure_mode="truncation",
+            statement=f"{e.value:.0%} of completions hit max_completion_length "
+                      f"({ev.knobs.max_completion_length}) without ending.",
+            evidence=[e], rollout_ids=_examples(cut), severity=_severity(e.value, th, 0.5),
+            confidence=_confidence(e, "above"),
+        )
+
+    def _correct_truncated(self, ev: PhaseEvidence) -> Diagnosis | None:
+        th = THRESHOLDS["correct_truncated_rate"]
+        correct = [r for r in ev.rollouts if r["verified"]]
+        cut = [r for r in correct if r["truncated"]]
+        if not correct:
+            return None
+        e = rate_evidence("correct_but_truncated_rate", len(cut), len(correct), threshold=th)
+        if e.value <= th:
+            return None
+        return Diagnosis(
+            id="", layer="behavior", failure_mode="correct_but_truncated",
+            statement=f"{len(cut)} verified-correct completions ({e.value:.0%} of correct ones) were cut at the "
+                      f"length budget: right answers that masking or penalties would punish.",
+            evidence=[e], rollout_ids=_examples(cut), severity=_severity(e.value, th, 0.4),
+            confidence=_confidence(e, "above"),
+        )
+
+    def _disagreement(self, ev: PhaseEvidence) -> Diagnosis | None:
+        th = THRESHOLDS["disagreement_rate"]
+        rows = ev.rollouts
+        rewards = [r["reward"] for r in rows]
+        if not rows or max(rewards) - min(rewards) < 1e-9:
+            return None
+        mid = (max(rewards) + min(rewards)) / 2
+        false_pos = [r for r in rows if r["reward"] > mid and not r["verified"]]
+        false_neg = [r for r in rows if r["reward"] <= mid and r["verified"]]
+        e = rate_evidence("reward_verified_disagreement", len(false_pos) + len(false_neg), len(rows), threshold=th)
+        if e.value <= th:
+            return None
+        kind = "rewarded but wrong (possible reward hack)" if len(false_pos) >= len(false_neg) else \
+            "correct but unrewarded"
+        return Diagnosis(
+            id="", layer="behavior", failure_mode="reward_disagreement",
+            statement=f"{e.value:.1%} of rollouts get a reward that disagrees with the verifier, mostly {kind} "
+                      f"({len(false_pos)} high-reward wrong, {len(false_neg)} low-reward correct).",
+            evidence=[e, rate_evidence("rewarded_but_wrong", len(false_pos), len(rows)),
+                      rate_evidence("correct_but_unrewarded", len(false_neg), len(rows))],
+            rollout_ids=_examples(false_pos + false_neg), severity=_severity(e.value, th, 0.2),
+            confidence=_confidence(e, "above"),
+        )
+
+    def _length(self, ev: PhaseEvidence) -> Diagnosis | None:
+        if len(ev.results) < 2:
+            return None
+        cur = ev.current.train.get("completion_length")
+        prev = ev.results[-2].train.get("completion_length")
+        if not cur or not prev:
+            return None
+        growth = cur / prev - 1
+        th = THRESHOLDS["length_growth"]
+        if growth <= th:
+            return None
+        return Diagnosis(
+            id="", layer="behavior", failure_mode="length_growth",
+            statement=f"Mean completion length grew {growth:.0%} in one phase ({prev:.1f} -> {cur:.1f} tokens).",
+            evidence=[MetricEvidence(name="completion_length_growth", value=growth, low=growth, high=growth,
+                                     n=len(ev.rollouts), threshold=th)],
+            severity=_severity(growth, th, 1.0), confidence=0.5,
+        )

@@ -1,0 +1,84 @@
+"""Engineer: turns each confirmed diagnosis into one single-variable candidate commit on its own branch.
+
+For each confirmed diagnosis (most severe first) the built-in Engineer asks the Librarian's skills first —
+interventions that won before for this failure mode, ranked by wins — then falls back to the playbook order
+(``agents/playbook.py``). It skips interventions already tried this phase, already present in the harness,
+known to lose (skills with uses but no wins), or needing a pilot run when pilots are off. The edit is
+committed on ``candidates/phase-N-k`` from ``main`` with the hypothesis and trailers; nothing touches ``main``.
+"""
+
+from __future__ import annotations
+
+from agents import EngineerContext
+from agents.playbook import BY_NAME, PLAYBOOK, Intervention
+from evotrainer.contracts import Candidate, Diagnosis, Skill
+from evotrainer.harness import HARNESS_FILES
+
+
+class HeuristicEngineer:
+    name = "heuristic"
+
+    def __init__(self, max_candidates: int = 3):
+        self.max_candidates = max_candidates
+
+    def ranked(self, d: Diagnosis, skills: list[Skill]) -> list[tuple[Intervention, list[str]]]:
+        """Interventions for a diagnosis: winning skills first, then the playbook; losers last."""
+        known = [s for s in skills if s.intervention in BY_NAME]
+        winners = sorted((s for s in known if s.wins > 0), key=lambda s: (-s.wins / max(s.uses, 1), -s.wins))
+        losers = {s.intervention for s in known if s.uses >= 2 and s.wins == 0}
+        order: list[tuple[Intervention, list[str]]] = [(BY_NAME[s.intervention], [s.id]) for s in winners]
+        seen = {i.name for i, _ in order}
+        for i in PLAYBOOK:
+            if d.failure_mode in i.answers and i.name not in seen and i.name not in losers:
+                order.append((i, []))
+                seen.add(i.name)
+        order += [(BY_NAME[n], []) for n in sorted(losers) if n not in seen and d.failure_mode in BY_NAME[n].answers]
+        return order
+
+    def propose(self, diagnoses: list[Diagnosis], ctx: EngineerContext, skills: dict[str, list[Skill]]
+                ) -> list[Candidate]:
+        files = {name: ctx.repo.show_file(ctx.base_sha, name) for name in HARNESS_FILES}
+        out: list[Candidate] = []
+        used = set(ctx.tried)
+        confirmed = sorted((d for d in diagnoses if d.status == "confirmed"), key=lambda d: -d.severity)
+        for d in confirmed:
+            if len(out) >= self.max_candidates:
+                break
+            for intervention, skill_ids in self.ranked(d, skills.get(d.id, [])):
+                if intervention.name in used or (intervention.needs_pilot and not ctx.pilot):
+                    continue
+                edits = intervention.edit(files, ctx.knobs, {"level_stats": ctx.level_stats})
+                if not edits:
+                    continue
+                used.add(intervention.name)
+                out.append(self._commit(ctx, d, intervention, edits, skill_ids, len(ctx.tried) + len(out) + 1))
+                break
+        return out
+
+    def _commit(self, ctx: EngineerContext, d: Diagnosis, i: Intervention, edits: dict[str, str],
+                skill_ids: list[str], k: int) -> Candidate:
+        branch = f"candidates/phase-{ctx.phase}-{k}"
+        ev = d.evidence[0] if d.evidence else None
+        now = f"{ev.name} is {ev.value:.3g} (95% CI {ev.low:.3g}-{ev.high:.3g})" if ev else "see diagnosis"
+        expected = f"{i.target_metric} {i.direction} beyond the backtest noise floor; now {now}"
+        rollback = f"revert the merge of {branch} (git revert -m 1 <merge>), restoring {i.variable}"
+        cand = Candidate(
+            branch=branch, base_sha=ctx.base_sha, diagnosis_id=d.id, intervention=i.name,
+            hypothesis=i.hypothesis(d), variable=i.variable, target_metric=i.target_metric, direction=i.direction,
+            expected=expected, rollback=rollback, skills_used=skill_ids, files=sorted(edits),
+        )
+        source = f"skill {', '.join(skill_ids)}" if skill_ids else "built-in playbook"
+        cand.sha = ctx.repo.commit_candidate(
+            branch, ctx.base_sha, edits,
+            subject=f"{i.variable}: {i.summary}",
+            body=f"{d.statement}\n\nIntervention {i.name} from the {source}.",
+            trailers={
+                "Diagnosis": f"{d.id} ({d.layer}/{d.failure_mode}) {d.statement}",
+                "Hypothesis": cand.hypothesis,
+                "Variable": i.variable,
+                "Expected": expected,
+                "Rollback": rollback,
+                "Backtest": f"pending (git notes --ref=backtest show {branch})",
+            },
+        )
+        return cand

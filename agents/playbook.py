@@ -1,0 +1,259 @@
+"""The Engineer's built-in playbook: single-variable harness edits, each answering some failure modes.
+
+Every intervention knows which failure modes it answers, the one variable it changes, the metric it should
+move (and which way), whether that metric can be judged on retained rollouts or needs a short pilot run, and
+how to write the edit into the harness files. Edits are made as text changes that keep the rest of each file
+(comments included) as it was, so the candidate's diff shows exactly the one change. Applied interventions
+leave an ``# intervention: NAME`` marker so the Engineer does not apply one twice.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from evotrainer.contracts import Diagnosis
+from evotrainer.harness import Knobs
+
+Files = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Intervention:
+    name: str
+    answers: tuple[str, ...]
+    variable: str
+    target_metric: str
+    direction: str
+    needs_pilot: bool
+    summary: str
+    because: str
+    edit: Callable[[Files, Knobs, dict], Files | None]  # None = not applicable to these files
+
+    def hypothesis(self, d: Diagnosis) -> str:
+        return (f"If {self.summary}, {self.target_metric} goes {self.direction}, because {self.because} "
+                f"(diagnosis: {d.failure_mode})")
+
+
+# --- text-editing helpers ------------------------------------------------------------------------------------
+def marker(name: str) -> str:
+    return f"# intervention: {name}"
+
+
+def replace_function(source: str, func: str, new_def: str) -> str:
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == func:
+            lines = source.splitlines(keepends=True)
+            start = (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1
+            return "".join(lines[:start]) + new_def.rstrip("\n") + "\n" + "".join(lines[node.end_lineno:])
+    raise ValueError(f"no function {func!r} to replace")
+
+
+def add_component(source: str, name: str, func_src: str) -> str:
+    """Insert a reward component before ``COMPONENTS = {...}`` and register it there."""
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "COMPONENTS" for t in node.targets):
+            if not isinstance(node.value, ast.Dict):
+                raise ValueError("COMPONENTS is not a dict literal")
+            keys = [ast.literal_eval(k) for k in node.value.keys]
+            names = [ast.get_source_segment(source, v) for v in node.value.values]
+            entries = ", ".join(f'"{k}": {v}' for k, v in zip(keys + [name], names + [func_src_name(func_src)]))
+            lines = source.splitlines(keepends=True)
+            before = "".join(lines[: node.lineno - 1])
+            after = "".join(lines[node.end_lineno:])
+            return before + func_src.rstrip("\n") + "\n\n\n" + f"COMPONENTS = {{{entries}}}\n" + after
+    raise ValueError("rewards.py has no COMPONENTS dict")
+
+
+def func_src_name(func_src: str) -> str:
+    return re.search(r"def (\w+)\(", func_src).group(1)
+
+
+def set_yaml_scalar(text: str, key: str, value: str) -> str:
+    """Set a top-level ``key: value`` line, keeping its comment."""
+    pat = re.compile(rf"^({re.escape(key)}:\s*)([^#\n]*?)(\s*#.*)?$", re.M)
+    if not pat.search(text):
+        return text.rstrip("\n") + f"\n{key}: {value}\n"
+    return pat.sub(lambda m: f"{m.group(1)}{value}{m.group(3) or ''}", text, count=1)
+
+
+def set_yaml_entry(text: str, section: str, key: str, value: str) -> str:
+    """Set ``key: value`` inside a top-level mapping ``section`` (two-space indented), keeping other lines."""
+    lines = text.splitlines()
+    try:
+        start = next(i for i, ln in enumerate(lines) if re.match(rf"^{re.escape(section)}:", ln))
+    except StopIteration:
+        return text.rstrip("\n") + f"\n{section}:\n  {key}: {value}\n"
+    end = start + 1
+    while end < len(lines) and (lines[end].startswith("  ") or not lines[end].strip()):
+        end += 1
+    qkey = f'"{key}"' if key.isdigit() else key
+    for i in range(start + 1, end):
+        m = re.match(r"^  (\"?)([^\":]+)\1:\s*([^#]*?)(\s*#.*)?$", lines[i])
+        if m and m.group(2) == key:
+            lines[i] = f"  {m.group(1)}{key}{m.group(1)}: {value}{m.group(4) or ''}"
+            return "\n".join(lines) + "\n"
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1
+    lines.insert(end, f"  {qkey}: {value}")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}"
+
+
+# --- the interventions ---------------------------------------------------------------------------------------
+def _drop_zero_variance(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    src = files["filters.py"]
+    if marker("drop_zero_variance_groups") in src:
+        return None
+    new = replace_function(src, "keep_group", f'''def keep_group(group: list[dict]) -> bool:
+    {marker("drop_zero_variance_groups")}
+    # a group whose rewards are all equal has zero GRPO advantage: it only dilutes the loss
+    rewards = [r["reward"] for r in group]
+    return max(rewards) - min(rewards) > 1e-6
+''')
+    return {"filters.py": new}
+
+
+def _reward_component(name: str, weight: float, func_src: str, intervention: str):
+    def edit(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+        if marker(intervention) in files["rewards.py"] or name in knobs.reward_weights:
+            return None
+        return {
+            "rewards.py": add_component(files["rewards.py"], name, func_src),
+            "harness.yaml": set_yaml_entry(files["harness.yaml"], "reward_weights", name, _fmt(weight)),
+        }
+
+    return edit
+
+
+_CLOSENESS = f'''def closeness(sample: dict) -> float:
+    """Graded credit for a near miss: 1 for the exact answer, falling with the distance from it."""
+    {marker("partial_credit_reward")}
+    text = sample["completion"].split("\\n", 1)[0].strip()
+    try:
+        guess = int(text)
+    except ValueError:
+        return 0.0
+    answer = int(sample["task"]["answer"])
+    return max(0.0, 1.0 - abs(guess - answer) / (abs(answer) + 10))
+'''
+
+_WELL_FORMED = f'''def well_formed(sample: dict) -> float:
+    """1 when the completion ends, and its first line is one integer and nothing else."""
+    {marker("format_reward")}
+    text = sample["completion"].split("\\n", 1)[0].strip()
+    digits = text[1:] if text[:1] in "+-" else text
+    return 1.0 if digits.isdigit() and not sample["truncated"] else 0.0
+'''
+
+_OVERLONG = f'''def overlong(sample: dict) -> float:
+    """-1 for a completion cut at the length budget, else 0."""
+    {marker("overlong_penalty")}
+    return -1.0 if sample["truncated"] else 0.0
+'''
+
+
+def _numeric_match(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    src = files["rewards.py"]
+    if marker("numeric_answer_match") in src or "def correct(" not in src:
+        return None
+    new = replace_function(src, "correct", f'''def correct(sample: dict) -> float:
+    """1 when the completion's first line is an integer equal to the task's answer, else 0."""
+    {marker("numeric_answer_match")}
+    text = _answer(sample["completion"])
+    digits = text[1:] if text[:1] in "+-" else text
+    return 1.0 if digits.isdigit() and int(text) == int(sample["task"]["answer"]) else 0.0
+''')
+    return {"rewards.py": new}
+
+
+def _mask_truncated(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    if knobs.mask_truncated_completions:
+        return None
+    return {"harness.yaml": set_yaml_scalar(files["harness.yaml"], "mask_truncated_completions", "true")}
+
+
+def _reweight_curriculum(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    levels = ctx.get("level_stats") or {}
+    if not levels:
+        return None
+    text = files["harness.yaml"]
+    changed = False
+    for level, st in sorted(levels.items()):
+        new = round(max(0.1, 1.0 - st["dead_group_ratio"]), 2)
+        old = knobs.curriculum_weights.get(level, 1.0)
+        if abs(new - old) >= 0.1:
+            text = set_yaml_entry(text, "curriculum_weights", level, _fmt(new))
+            changed = True
+    return {"harness.yaml": text} if changed else None
+
+
+def _knob(key: str, compute: Callable[[Knobs], float | int | None]):
+    def edit(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+        value = compute(knobs)
+        if value is None or value == getattr(knobs, key):
+            return None
+        return {"harness.yaml": set_yaml_scalar(files["harness.yaml"], key, _fmt(value))}
+
+    return edit
+
+
+PLAYBOOK: list[Intervention] = [
+    Intervention(
+        "drop_zero_variance_groups", ("diluted_batch", "dead_groups"), "filters.keep_group", "kept_dead_ratio",
+        "down", False, "groups whose rewards are all equal stop training",
+        "such groups carry zero advantage and only dilute the per-sequence loss", _drop_zero_variance),
+    Intervention(
+        "partial_credit_reward", ("dead_groups",), "rewards.closeness", "dead_group_ratio", "down", False,
+        "a near-miss answer earns graded credit below a correct one",
+        "all-wrong groups then have reward spread, so they carry advantage toward closer answers",
+        _reward_component("closeness", 0.5, _CLOSENESS, "partial_credit_reward")),
+    Intervention(
+        "reweight_curriculum", ("dead_groups",), "harness.yaml:curriculum_weights", "dead_group_ratio", "down",
+        False, "levels are sampled in proportion to their share of groups with reward spread",
+        "levels that are all solved or all failed give no GRPO signal", _reweight_curriculum),
+    Intervention(
+        "format_reward", ("format_failures",), "rewards.well_formed", "dead_group_ratio", "down", False,
+        "a completion that ends with one integer earns a small format reward",
+        "groups of wrong answers then separate well-formed from malformed ones",
+        _reward_component("well_formed", 0.2, _WELL_FORMED, "format_reward")),
+    Intervention(
+        "numeric_answer_match", ("reward_disagreement",), "rewards.correct", "reward_verified_auc", "up", False,
+        "the correctness reward compares the answer as an integer, not as a string",
+        "answers such as '+9' or '09' are right but were scored 0", _numeric_match),
+    Intervention(
+        "mask_truncated", ("truncation", "length_growth"), "harness.yaml:mask_truncated_completions",
+        "trained_truncated_rate", "down", False, "truncated completions are masked out of the loss",
+        "a cut completion's reward says little about its tokens", _mask_truncated),
+    Intervention(
+        "overlong_penalty", ("truncation", "length_growth"), "rewards.overlong", "truncated_advantage", "down",
+        False, "a completion cut at the length budget is penalised",
+        "the policy then gains by ending its answers", _reward_component("overlong", 0.5, _OVERLONG,
+                                                                            "overlong_penalty")),
+    Intervention(
+        "raise_max_completion_length", ("correct_but_truncated", "truncation"),
+        "harness.yaml:max_completion_length", "truncation_rate", "down", True,
+        "the completion budget doubles", "completions are being cut before they end",
+        _knob("max_completion_length", lambda k: min(k.max_completion_length * 2, 4096))),
+    Intervention(
+        "raise_temperature", ("dead_groups",), "harness.yaml:temperature", "dead_group_ratio", "down", True,
+        "sampling temperature rises by 0.3", "more diverse samples split more groups",
+        _knob("temperature", lambda k: round(min(k.temperature + 0.3, 1.6), 2) if k.temperature < 1.6 else None)),
+    Intervention(
+        "larger_groups", ("dead_groups",), "harness.yaml:group_size", "dead_group_ratio", "down", True,
+        "the group size doubles", "a larger group is more likely to contain both outcomes",
+        _knob("group_size", lambda k: min(k.group_size * 2, 16) if k.group_size < 16 else None)),
+    Intervention(
+        "lower_learning_rate", ("accuracy_regression", "edit_regression"), "harness.yaml:learning_rate",
+        "verified_rate", "up", True, "the learning rate halves", "the last phase overshot",
+        _knob("learning_rate", lambda k: k.learning_rate / 2)),
+]
+
+BY_NAME = {i.name: i for i in PLAYBOOK}

@@ -1,0 +1,191 @@
+"""The ``evotrainer`` command line.
+
+    evotrainer demo [RUN_DIR] [--phases 3]      init (if needed) and run the embedded demo
+    evotrainer init RUN_DIR [--domain math] [--config FILE] [--set key=value ...]
+    evotrainer run RUN_DIR [--phases N]         start, resume after a kill, or extend a finished run
+    evotrainer status RUN_DIR [--json]          state, phase reached, held-out accuracy per phase
+    evotrainer log RUN_DIR [--json]             harness history: promoted and rejected candidates
+    evotrainer show RUN_DIR REF                 one commit's diff and backtest report
+    evotrainer trainer serve [--port 8765]      a trainer service for remote or shared use
+
+Errors the user can fix (bad config, missing run directory, unknown ref) print one readable line and exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.syntax import Syntax  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from evotrainer import config as config_mod  # noqa: E402
+from evotrainer.config import ConfigError  # noqa: E402
+from evotrainer.rundir import RunDir, RunDirError  # noqa: E402
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="EvoTrainer: RL that evolves its own harness.")
+trainer_app = typer.Typer(no_args_is_help=True, help="The trainer service.")
+app.add_typer(trainer_app, name="trainer")
+console = Console()
+
+
+def _fail(message: str) -> None:
+    console.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _build_config(domain: str, config: Optional[Path], overrides: list[str]):
+    cfg = config_mod.load(config) if config else config_mod.parse({"domain": domain})
+    if domain and cfg.domain != domain and not config:
+        cfg.domain = domain
+    return config_mod.apply_overrides(cfg, overrides) if overrides else cfg
+
+
+@app.command()
+def init(run_dir: Path, domain: str = typer.Option("math", help="task domain"),
+         config: Optional[Path] = typer.Option(None, help="YAML config to start from"),
+         set_: list[str] = typer.Option([], "--set", help="override a config key, e.g. training.steps_per_phase=40")):
+    """Create a run directory: config, tasks, frozen eval split, seed harness repo."""
+    try:
+        cfg = _build_config(domain, config, set_)
+        RunDir(run_dir).init(cfg, log=lambda m: console.print(m, highlight=False))
+    except (ConfigError, RunDirError, ValueError) as err:
+        _fail(str(err))
+    console.print(f"initialized {run_dir} (harness repo at {run_dir}/harness)")
+
+
+@app.command()
+def run(run_dir: Path, phases: Optional[int] = typer.Option(None, help="raise or set the phase budget")):
+    """Run (or resume) the co-evolution loop until the phase budget is spent."""
+    from evotrainer.run import run as run_loop
+
+    try:
+        run_loop(run_dir, phases=phases)
+    except (ConfigError, RunDirError) as err:
+        _fail(str(err))
+    except KeyboardInterrupt:
+        console.print("interrupted: `evotrainer run` resumes where it stopped")
+        raise typer.Exit(130)
+    except Exception as err:  # a failed run keeps its state; say what failed and how to go on
+        _fail(f"{type(err).__name__}: {err}\n(the run's state is kept; fix the cause and `evotrainer run "
+              f"{run_dir}` resumes at the node that failed; details in {run_dir}/events.jsonl)")
+    _print_status(RunDir(run_dir))
+
+
+@app.command()
+def demo(run_dir: Path = typer.Argument(Path("runs/demo")), phases: int = typer.Option(3),
+         set_: list[str] = typer.Option([], "--set", help="override a config key")):
+    """The embedded demo: init RUN_DIR if it does not exist, then run it."""
+    import time
+
+    t0 = time.time()
+    rd = RunDir(run_dir)
+    if not rd.exists():
+        init(run_dir, domain="math", config=None, set_=[f"phases={phases}", *set_])
+    run(run_dir, phases=phases)
+    console.print(f"demo finished in {time.time() - t0:.0f} s. Inspect it: evotrainer log {run_dir}; "
+                  f"git -C {run_dir}/harness log --notes=backtest")
+
+
+def _print_status(rd: RunDir) -> None:
+    from evotrainer.history import status as status_of
+
+    s = status_of(rd)
+    acc = ", ".join(f"{p}: {a:.1%}" for p, a in s["accuracy"].items()) or "-"
+    console.print(f"{s['name']}: {s['state']} at phase {s['phase']}/{s['phases']}; held-out accuracy {acc}; "
+                  f"{s['promoted']} of {s['candidates']} candidates promoted", highlight=False)
+    if s.get("detail"):
+        console.print(f"  {s['detail']}", highlight=False)
+
+
+@app.command()
+def status(run_dir: Path, json_: bool = typer.Option(False, "--json", help="machine-readable")):
+    """State of a run: running, paused, done or failed; phase reached; held-out accuracy per phase."""
+    from evotrainer.history import dumps, status as status_of
+
+    try:
+        rd = RunDir(run_dir)
+        s = status_of(rd)
+    except (ConfigError, RunDirError) as err:
+        _fail(str(err))
+    if json_:
+        print(dumps(s))
+    else:
+        _print_status(rd)
+
+
+@app.command()
+def log(run_dir: Path, json_: bool = typer.Option(False, "--json", help="machine-readable")):
+    """The harness history: every candidate, its diagnosis, hypothesis, verdict and realized effect."""
+    from evotrainer.history import dumps, harness_log
+
+    try:
+        entries = harness_log(RunDir(run_dir))
+    except (ConfigError, RunDirError) as err:
+        _fail(str(err))
+    if json_:
+        print(dumps(entries))
+        return
+    if not entries:
+        console.print("no candidates yet")
+        return
+    t = Table(expand=True, show_lines=True)
+    for col in ("branch", "state", "diagnosis / hypothesis", "verdict", "realized effect"):
+        t.add_column(col, overflow="fold")
+    for e in entries:
+        t.add_row(f"{e['branch']}\n{e['sha'][:8]}", e["state"], f"{e['diagnosis']}\n[dim]{e['hypothesis']}[/dim]",
+                  f"{e['verdict']}: " + "; ".join(e["reasons"]), e["realized_effect"] or "-")
+    console.print(t)
+
+
+@app.command()
+def show(run_dir: Path, ref: str):
+    """One commit (candidate branch, tag, sha): its message, diff and backtest report."""
+    from evotrainer.history import dumps, show as show_ref
+
+    try:
+        data = show_ref(RunDir(run_dir), ref)
+    except (ConfigError, RunDirError, ValueError) as err:
+        _fail(str(err))
+    console.print(f"[bold]commit {data['sha']}[/bold]")
+    console.print(data["message"], highlight=False, markup=False)
+    console.print(Syntax(data["diff"] or "(no diff)", "diff", theme="ansi_dark", word_wrap=True))
+    if data["backtest"]:
+        b = data["backtest"]
+        console.print(f"[bold]backtest[/bold]: {b['verdict']} ({b['rollouts']} rollouts, {b['runtime_s']} s, "
+                      f"sandbox {b['sandbox']}, noise floor {b['noise_floor']})")
+        t = Table()
+        for col in ("check", "main", "candidate", "threshold", "passed", "detail"):
+            t.add_column(col, overflow="fold")
+        for c in b["checks"]:
+            t.add_row(c["name"], str(c["base"]), str(c["candidate"]), str(c["threshold"]),
+                      "yes" if c["passed"] else "[red]no[/red]", c["detail"])
+        console.print(t)
+    if data["effect"]:
+        console.print(f"[bold]realized effect[/bold]: {data['effect']['summary']}", highlight=False)
+    if not data["backtest"] and not data["effect"]:
+        console.print(dumps({"backtest": None}))
+
+
+@trainer_app.command("serve")
+def trainer_serve(host: str = "127.0.0.1", port: int = 8765,
+                  parent_pid: Optional[int] = typer.Option(None, help="exit when this process is gone")):
+    """Run a trainer service (what `evotrainer run` starts on loopback when no trainer.url is set)."""
+    from evotrainer.trainer.service import serve
+
+    serve(host, port, parent_pid)
+
+
+def main() -> None:  # pragma: no cover
+    app(prog_name="evotrainer")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

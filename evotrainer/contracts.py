@@ -1,0 +1,149 @@
+"""The typed data contracts that cross every seam of EvoTrainer (DESIGN.md, "Data contracts").
+
+Every object that moves between the trainer service, the graph, the agents and the harness repo is one of the
+pydantic models below, so a malformed value fails where it is made, not three nodes later. The graph keeps
+them in its checkpointed state as plain JSON (``model_dump(mode="json")``) and rebuilds them on read.
+
+    Rollout         one generated completion, one parquet row (compatible in spirit with TRL's completions table)
+    PhaseResult     what one training phase produced (metrics, held-out accuracy, where rollouts/checkpoint are)
+    Diagnosis       a claim about what is failing, with the evidence behind it
+    Candidate       one single-variable harness edit on its own branch, with its hypothesis
+    BacktestReport  the checks a candidate was judged by, and the verdict
+    Skill           a reusable intervention the Librarian keeps across phases and runs
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Rollout(_Model):
+    phase: int = Field(description="training phase that produced the rollout (1-based)")
+    step: int = Field(description="GRPO optimizer step within the phase")
+    harness_sha: str = Field(description="harness commit the phase trained on")
+    group_id: str = Field(description="id shared by the completions of one prompt (one GRPO group)")
+    sample_idx: int = Field(description="index of the completion inside its group")
+    task_id: str = Field(description="id of the task in the domain's training split")
+    difficulty: str = Field(description="difficulty level of the task")
+    prompt: str
+    completion: str
+    completion_tokens: int
+    truncated: bool = Field(description="generation hit max_completion_length before end-of-sequence")
+    reward: float = Field(description="total harness reward (weighted sum of components)")
+    reward_components: dict[str, float] = Field(default_factory=dict)
+    verified: bool = Field(description="ground truth from the evaluator's verifier, never computed by the harness")
+    advantage: float = Field(description="advantage the rollout trained with (0 when it was filtered out)")
+    kept: bool = Field(description="whether the harness filters let the rollout train")
+    turns: int = 1
+    tool_calls: int = 0
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def rollout_id(self) -> str:
+        return f"{self.group_id}/{self.sample_idx}"
+
+
+class EvalResult(_Model):
+    accuracy: float = Field(description="fraction of held-out tasks the verifier accepted")
+    n: int = Field(description="number of held-out tasks")
+    by_difficulty: dict[str, float] = Field(default_factory=dict)
+    truncated_rate: float = 0.0
+
+
+class PhaseResult(_Model):
+    phase: int
+    harness_sha: str
+    steps: int
+    train: dict[str, float] = Field(
+        default_factory=dict, description="reward_mean, dead_group_ratio, kept_fraction, entropy, kl, ..."
+    )
+    eval: EvalResult
+    rollout_path: str
+    checkpoint_path: str
+    wall_time_s: float
+    tokens: int = Field(description="completion tokens generated while training")
+    skipped_batches: int = Field(0, description="batches where the harness filters kept nothing")
+
+
+Layer = Literal["score", "signal", "behavior", "version"]
+DiagnosisStatus = Literal["proposed", "confirmed", "rejected", "revised"]
+
+
+class MetricEvidence(_Model):
+    name: str
+    value: float
+    low: float = Field(description="lower end of the 95% interval")
+    high: float = Field(description="upper end of the 95% interval")
+    n: int = Field(description="number of units (rollouts, groups or tasks) behind the value")
+    threshold: float | None = None
+
+
+class Diagnosis(_Model):
+    id: str
+    layer: Layer
+    failure_mode: str = Field(description="short machine name, e.g. dead_groups, truncation")
+    statement: str = Field(description="one sentence a person can check against the evidence")
+    evidence: list[MetricEvidence] = Field(default_factory=list)
+    rollout_ids: list[str] = Field(default_factory=list, description="example rollouts showing the failure")
+    severity: float = Field(ge=0, le=1)
+    confidence: float = Field(ge=0, le=1)
+    status: DiagnosisStatus = "proposed"
+    critique: str = ""
+
+
+class Candidate(_Model):
+    branch: str
+    base_sha: str
+    sha: str = ""
+    diagnosis_id: str
+    intervention: str = Field(description="playbook/skill name of the edit")
+    hypothesis: str = Field(description='"if X changes, Y moves, because Z"')
+    variable: str = Field(description="the one variable changed, e.g. filters.keep_group or harness.yaml:temperature")
+    target_metric: str
+    direction: Literal["up", "down"]
+    expected: str = Field(description="what the targeted metric should do, in words and numbers")
+    rollback: str = Field(description="how to undo the edit if it hurts the next phase")
+    skills_used: list[str] = Field(default_factory=list)
+    files: list[str] = Field(default_factory=list)
+
+
+class Check(_Model):
+    name: str
+    base: float | None = None
+    candidate: float | None = None
+    threshold: float | None = None
+    passed: bool
+    detail: str = ""
+
+
+class BacktestReport(_Model):
+    branch: str
+    candidate_sha: str
+    base_sha: str
+    target_metric: str
+    checks: list[Check]
+    noise_floor: float
+    verdict: Literal["promote", "reject"]
+    reasons: list[str]
+    runtime_s: float
+    rollouts: int = Field(description="retained rollouts the replay ran on")
+    sandbox: str = Field(description="which sandbox ran the harness code")
+
+
+class Skill(_Model):
+    id: str
+    trigger: str = Field(description="the diagnosis (failure mode and condition) the skill answers")
+    failure_mode: str
+    intervention: str
+    expected_outcome: str
+    validation: str = Field(description="how the edit was validated (backtest figures)")
+    domains: list[str] = Field(default_factory=list)
+    evidence: list[dict[str, Any]] = Field(default_factory=list, description="commits, backtests, realized effects")
+    uses: int = 0
+    wins: int = 0

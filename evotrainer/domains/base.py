@@ -1,0 +1,47 @@
+"""The evaluator's side of a domain: tasks, the held-out split, and the ground-truth verifier.
+
+This code is framework-owned and fixed. Harness code (prompts, rewards, filters) never imports it and never
+sees the eval split: training tasks reach the harness as plain dicts, and the ``verified`` field of every
+rollout is filled here, in the trainer service, after the harness has scored it.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+Task = dict[str, Any]  # keys: id, question, answer, difficulty, plus domain-specific fields
+
+
+class Domain(ABC):
+    name: str
+    levels: list[str]
+
+    @abstractmethod
+    def generate(self, seed: int, train_size: int, eval_size: int) -> tuple[list[Task], list[Task]]:
+        """Return (training pool, held-out eval split), disjoint, deterministic in ``seed``."""
+
+    @abstractmethod
+    def canonical_prompt(self, task: Task) -> str:
+        """The evaluator's prompt for a task: used for held-out eval, so scores stay comparable across harnesses."""
+
+    @abstractmethod
+    def extract_answer(self, completion: str) -> str | None:
+        """The answer a completion gives, or None when it gives none in the domain's format."""
+
+    @abstractmethod
+    def verify(self, task: Task, completion: str) -> bool:
+        """Ground truth: does the completion answer the task correctly?"""
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    tmp.replace(path)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

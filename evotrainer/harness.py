@@ -1,0 +1,228 @@
+"""The harness git repository: seed, knobs, candidate commits with trailers, backtest notes, promotion.
+
+Each run owns one repo at ``RUN_DIR/harness``. ``main`` is what trains; the tag ``phase-N`` marks the ``main``
+commit that phase N trained on; every candidate edit lives on ``candidates/phase-N-k`` with a commit message
+that carries its hypothesis and trailers (Diagnosis, Hypothesis, Variable, Expected, Rollback, Backtest); its
+backtest report is a git note (``refs/notes/backtest``) and, once the next phase has trained, its realized
+effect is another (``refs/notes/effect``). Rejected branches are kept as negative evidence. ``git log`` inside
+the repo is readable on its own.
+
+Nothing here edits ``main`` except :meth:`HarnessRepo.promote`, which merges with ``--no-ff`` and is safe to
+re-run after a kill (a half-done merge is aborted first; an already-merged branch is not merged twice).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+import git
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+BOT = git.Actor("EvoTrainer", "evotrainer@localhost")
+TRAILERS = ["Diagnosis", "Hypothesis", "Variable", "Expected", "Rollback", "Backtest"]
+HARNESS_FILES = ["harness.yaml", "prompt.py", "rewards.py", "filters.py", "curriculum.py", "diagnostics.py"]
+
+
+def seed_dir(domain: str) -> Path:
+    """The seed harness shipped with EvoTrainer (source checkout, else the installed data files)."""
+    import sys
+
+    for root in (Path(__file__).resolve().parents[1] / "harness_repo", Path(sys.prefix) / "share/evotrainer/harness_repo"):
+        if (root / domain / "harness.yaml").is_file():
+            return root / domain
+    raise FileNotFoundError(f"no seed harness for domain {domain!r}")
+
+
+class Knobs(BaseModel):
+    """harness.yaml, validated. An edit that breaks it fails its backtest with this model's message."""
+
+    model_config = ConfigDict(extra="forbid")
+    learning_rate: float = Field(gt=0, lt=1)
+    group_size: int = Field(ge=2, le=64)
+    temperature: float = Field(gt=0, le=3)
+    max_completion_length: int = Field(ge=1, le=32768)
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"]
+    beta: float = Field(ge=0)
+    epsilon: float = Field(gt=0, lt=1)
+    epsilon_high: float = Field(gt=0, lt=1)
+    scale_rewards: Literal["group", "batch", "none"]
+    reward_scale: float = Field(1.0, gt=0)
+    mask_truncated_completions: bool
+    reward_weights: dict[str, float]
+    curriculum_weights: dict[str, float]
+
+
+class KnobsError(ValueError):
+    pass
+
+
+def read_knobs(harness_dir: Path) -> Knobs:
+    path = Path(harness_dir) / "harness.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+        return Knobs.model_validate(data)
+    except FileNotFoundError:
+        raise KnobsError("harness.yaml: missing") from None
+    except yaml.YAMLError as err:
+        raise KnobsError(f"harness.yaml: not valid YAML: {str(err).splitlines()[0]}") from None
+    except ValidationError as err:
+        e = err.errors()[0]
+        key = ".".join(str(p) for p in e["loc"])
+        raise KnobsError(f"harness.yaml: {key}: {e['msg']} (got {e.get('input')!r})") from None
+
+
+def format_message(subject: str, body: str, trailers: dict[str, str]) -> str:
+    lines = [subject.strip(), ""]
+    if body.strip():
+        lines += [body.strip(), ""]
+    lines += [f"{k}: {' '.join(str(v).split())}" for k, v in trailers.items() if v]
+    return "\n".join(lines) + "\n"
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    last = message.strip().split("\n\n")[-1]
+    out = {}
+    for line in last.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key.replace("-", "").isalnum():
+            out[key] = value
+    return out
+
+
+class HarnessRepo:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.repo = git.Repo(self.path)
+
+    # --- creation --------------------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: Path, domain: str) -> "HarnessRepo":
+        path = Path(path)
+        shutil.copytree(seed_dir(domain), path, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        repo = git.Repo.init(path, initial_branch="main")
+        with repo.config_writer() as cw:
+            cw.set_value("user", "name", BOT.name)
+            cw.set_value("user", "email", BOT.email)
+        (path / ".gitignore").write_text("__pycache__/\n*.pyc\n")
+        repo.git.add(A=True)
+        repo.git.commit(
+            m=format_message(
+                f"Seed harness ({domain})",
+                "The plain first harness: correctness reward, knobs that let the policy learn, keep-all filters.",
+                {},
+            ),
+            author=f"{BOT.name} <{BOT.email}>",
+        )
+        return cls(path)
+
+    # --- reading ---------------------------------------------------------------------------------------------
+    def sha(self, ref: str = "main") -> str:
+        return self.repo.rev_parse(ref).hexsha
+
+    def show_file(self, ref: str, name: str) -> str:
+        return self.repo.git.show(f"{ref}:{name}")
+
+    def message(self, ref: str) -> str:
+        return self.repo.commit(ref).message
+
+    def branches(self, prefix: str = "candidates/") -> list[str]:
+        return sorted(h.name for h in self.repo.heads if h.name.startswith(prefix))
+
+    def diff(self, base: str, ref: str) -> str:
+        return self.repo.git.diff(base, ref)
+
+    def note(self, sha: str, ref: str = "backtest") -> dict | None:
+        try:
+            return json.loads(self.repo.git.notes(f"--ref={ref}", "show", sha))
+        except git.GitCommandError:
+            return None
+
+    def is_merged(self, branch: str, into: str = "main") -> bool:
+        return self.repo.is_ancestor(self.sha(branch), self.sha(into))
+
+    def tags(self) -> dict[str, str]:
+        return {t.name: t.commit.hexsha for t in self.repo.tags}
+
+    # --- worktrees -------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def worktree(self, ref: str, *, branch: str | None = None) -> Iterator[Path]:
+        """Check ``ref`` out into a fresh temporary worktree (on a new ``branch`` when given)."""
+        tmp = Path(tempfile.mkdtemp(prefix="evo-wt-"))
+        wt = tmp / "harness"
+        args = ["add", "-b", branch, str(wt), ref] if branch else ["add", "--detach", str(wt), ref]
+        self.repo.git.worktree(*args)
+        try:
+            yield wt
+        finally:
+            with contextlib.suppress(git.GitCommandError):
+                self.repo.git.worktree("remove", "--force", str(wt))
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.repo.git.worktree("prune")
+
+    def export(self, ref: str, dest: Path) -> Path:
+        """Write the files of ``ref`` into ``dest`` (no git metadata): what the sandbox and trainer load."""
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        import io
+        import tarfile
+
+        data = self.repo.git.archive(ref, format="tar", stdout_as_string=False)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(dest, filter="data")
+        return dest
+
+    # --- writing ---------------------------------------------------------------------------------------------
+    def commit_candidate(self, branch: str, base: str, edits: dict[str, str], subject: str, body: str,
+                         trailers: dict[str, str]) -> str:
+        """Create ``branch`` at ``base`` with ``edits`` (path -> new text) in one commit; return its sha.
+
+        Re-running with the same branch (after a kill) replaces the earlier attempt.
+        """
+        if branch in self.repo.heads:
+            self.repo.delete_head(branch, force=True)
+        with self.worktree(base, branch=branch) as wt:
+            for rel, text in edits.items():
+                target = wt / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
+            wrepo = git.Repo(wt)
+            wrepo.git.add(A=True)
+            if not wrepo.is_dirty(index=True):
+                raise ValueError(f"{branch}: the edit changes nothing")
+            wrepo.git.commit(m=format_message(subject, body, trailers))
+            return wrepo.head.commit.hexsha
+
+    def add_note(self, sha: str, payload: dict[str, Any], ref: str = "backtest") -> None:
+        self.repo.git.notes(f"--ref={ref}", "add", "-f", "-m", json.dumps(payload, indent=1, sort_keys=True), sha)
+
+    def tag(self, name: str, ref: str, message: str) -> None:
+        if name in self.tags():
+            return
+        self.repo.create_tag(name, ref=ref, message=message)
+
+    def recover(self) -> None:
+        """Undo what a kill can leave behind: a half-done merge, a stale index lock, stale worktrees."""
+        gitdir = Path(self.repo.git_dir)
+        lock = gitdir / "index.lock"
+        if lock.exists():
+            lock.unlink()
+        if (gitdir / "MERGE_HEAD").exists():
+            self.repo.git.merge("--abort")
+        self.repo.git.worktree("prune")
+        if self.repo.active_branch.name != "main":
+            self.repo.git.checkout("main")
+        self.repo.git.reset("--hard", "main")
+
+    def promote(self, branch: str, subject: str, body: str, trailers: dict[str, str]) -> str:
+        """Merge ``branch`` into ``main`` with ``--no-ff`` (idempotent); return the new ``main`` sha."""
+        self.recover()
+        if self.is_merged(branch):
+            return self.sha("main")
+        self.repo.git.merge("--no-ff", "--no-edit", "-m", format_message(subject, body, trailers), branch)
+        return self.sha("main")

@@ -1,0 +1,124 @@
+"""Statistics shared by the Diagnostician and the Backtester: intervals, bootstrap, reward/verified alignment.
+
+Every number an agent puts in a diagnosis or a backtest report comes with its uncertainty, computed here:
+Wilson intervals for rates, a bootstrap over GRPO groups (the unit that is sampled) for group-level figures,
+and the alignment of a harness reward with the evaluator's ``verified`` (AUC, correlation, ordering violations
+inside groups).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Callable
+
+from evotrainer.contracts import MetricEvidence
+from evotrainer.rollouts import groups_of
+
+
+def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def rate_evidence(name: str, hits: float, n: int, threshold: float | None = None) -> MetricEvidence:
+    low, high = wilson(hits, n)
+    return MetricEvidence(name=name, value=hits / n if n else 0.0, low=low, high=high, n=n, threshold=threshold)
+
+
+def bootstrap_groups(rollouts: list[dict], stat: Callable[[list[dict]], float], resamples: int = 200,
+                     seed: int = 0) -> list[float]:
+    """``stat`` over ``resamples`` resamples of whole groups (with replacement)."""
+    groups = list(groups_of(rollouts).values())
+    if not groups:
+        return [0.0]
+    rng = random.Random(seed)
+    out = []
+    for _ in range(resamples):
+        sample = [r for _ in groups for r in rng.choice(groups)]
+        out.append(stat(sample))
+    return out
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    s = sorted(values)
+    lo = s[int(0.025 * (len(s) - 1))]
+    hi = s[int(math.ceil(0.975 * (len(s) - 1)))]
+    return lo, hi
+
+
+def stdev(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    m = sum(values) / len(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def group_evidence(name: str, rollouts: list[dict], stat: Callable[[list[dict]], float], resamples: int = 200,
+                   threshold: float | None = None) -> MetricEvidence:
+    value = stat(rollouts)
+    lo, hi = interval(bootstrap_groups(rollouts, stat, resamples))
+    return MetricEvidence(name=name, value=value, low=min(lo, value), high=max(hi, value),
+                          n=len(groups_of(rollouts)), threshold=threshold)
+
+
+def auc(scores: list[float], labels: list[bool]) -> float:
+    """P(score of a positive > score of a negative), ties counted half. 0.5 when one class is missing."""
+    pos = sorted(s for s, y in zip(scores, labels) if y)
+    neg = sorted(s for s, y in zip(scores, labels) if not y)
+    if not pos or not neg:
+        return 0.5
+    wins = 0.0
+    # rank-based: for each positive, count negatives below (and half the ties)
+    import bisect
+
+    for s in pos:
+        lo = bisect.bisect_left(neg, s)
+        hi = bisect.bisect_right(neg, s)
+        wins += lo + 0.5 * (hi - lo)
+    return wins / (len(pos) * len(neg))
+
+
+def correlation(xs: list[float], ys: list[float]) -> float:
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    if sxx == 0 or syy == 0:
+        return 0.0
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(sxx * syy)
+
+
+def ordering_violations(rollouts: list[dict]) -> float:
+    """Among (verified-correct, verified-wrong) pairs in the same group, the share the reward ranks wrongly.
+
+    A pair is violated when the wrong completion gets a reward >= the correct one minus nothing: strictly
+    higher counts 1, a tie counts 1/2 (the reward cannot tell them apart). 0 is perfect alignment.
+    """
+    bad = 0.0
+    pairs = 0
+    for group in groups_of(rollouts).values():
+        good = [r["reward"] for r in group if r["verified"]]
+        wrong = [r["reward"] for r in group if not r["verified"]]
+        for g in good:
+            for w in wrong:
+                pairs += 1
+                bad += 1.0 if w > g else (0.5 if w == g else 0.0)
+    return bad / pairs if pairs else 0.0
+
+
+def alignment(rollouts: list[dict]) -> dict[str, float]:
+    rewards = [r["reward"] for r in rollouts]
+    verified = [bool(r["verified"]) for r in rollouts]
+    return {
+        "reward_verified_auc": auc(rewards, verified),
+        "reward_verified_corr": correlation(rewards, [float(v) for v in verified]),
+        "ordering_violations": ordering_violations(rollouts),
+    }

@@ -1,0 +1,182 @@
+"""The policy's starting checkpoint: a tiny local model for the demo, or any Hugging Face model.
+
+``policy.model: tiny`` builds a character-level tokenizer (a standard ``tokenizer.json``, loadable with
+``AutoTokenizer``) and a small Qwen2-style model from scratch, then gives it a short supervised warm-up on the
+training split until a probe of training tasks reaches ``warmup_target_accuracy``, so RL starts from a partly
+competent policy. Nothing is downloaded. The result is cached by a hash of its settings and training pool under
+``$EVOTRAINER_CACHE`` (default ``~/.cache/evotrainer``) and copied into ``RUN_DIR/policy/base``.
+
+Any other ``policy.model`` is a Hugging Face id or a local path: the trainer service loads it with transformers,
+exactly as a user of TRL would.
+
+Run ``python -m evotrainer.policy RUN_DIR`` to build a run's tiny policy by hand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import string
+import time
+from pathlib import Path
+
+from evotrainer.config import Config, TinyPolicyConfig
+
+SPECIAL = ["<pad>", "<eos>", "<unk>"]
+CHARS = [c for c in string.printable if c not in "\x0b\x0c\r\t"]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("EVOTRAINER_CACHE", Path.home() / ".cache" / "evotrainer"))
+
+
+def build_tokenizer():
+    """Character-level fast tokenizer: one token per printable character, plus pad/eos/unk."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + CHARS)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>", padding_side="left"
+    )
+
+
+def build_model(cfg: TinyPolicyConfig, vocab_size: int, seed: int):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.hidden_size * 3,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=max(1, cfg.num_heads // 2),
+        max_position_embeddings=cfg.max_length,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def greedy_accuracy(model, tokenizer, prompts: list[str], answers: list[str], max_new_tokens: int = 8) -> float:
+    """Share of prompts whose greedy completion (first line, stripped) equals the answer."""
+    import torch
+
+    model.eval()
+    enc = tokenizer(prompts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(
+            **enc, max_new_tokens=max_new_tokens, do_sample=False,
+            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        )
+    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    model.train()
+    return sum(t.split("\n", 1)[0].strip() == a for t, a in zip(texts, answers)) / max(len(answers), 1)
+
+
+def warm_up(model, tokenizer, examples: list[tuple[str, str]], cfg: TinyPolicyConfig, seed: int, log=print) -> dict:
+    """Supervised warm-up on (prompt, answer) pairs until a held-back probe reaches the target accuracy."""
+    import torch
+
+    rng = random.Random(seed)
+    probe = examples[:200]
+    train = examples[200:]
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.warmup_lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
+    eos = tokenizer.eos_token_id
+    model.train()
+    t0 = time.time()
+    acc = greedy_accuracy(model, tokenizer, [p for p, _ in probe], [a for _, a in probe])
+    step = 0
+    for step in range(1, cfg.warmup_steps + 1):
+        batch = rng.sample(train, min(cfg.warmup_batch_size, len(train)))
+        ids, starts = [], []
+        for prompt, answer in batch:
+            p = tokenizer(prompt)["input_ids"]
+            ids.append(p + tokenizer(answer)["input_ids"] + [eos])
+            starts.append(len(p))
+        width = max(map(len, ids))
+        x = torch.zeros(len(ids), width, dtype=torch.long)
+        mask = torch.zeros_like(x)
+        labels = torch.full_like(x, -100)
+        for i, (seq, s) in enumerate(zip(ids, starts)):
+            x[i, : len(seq)] = torch.tensor(seq)
+            mask[i, : len(seq)] = 1
+            labels[i, s : len(seq)] = torch.tensor(seq[s:])
+        loss = model(input_ids=x, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        if step % 50 == 0:
+            acc = greedy_accuracy(model, tokenizer, [p for p, _ in probe], [a for _, a in probe])
+            log(f"warm-up step {step}: loss {loss.item():.3f}, probe accuracy {acc:.1%}")
+            if acc >= cfg.warmup_target_accuracy:
+                break
+    model.eval()
+    return {"steps": step, "probe_accuracy": acc, "seconds": round(time.time() - t0, 1)}
+
+
+def _cache_key(cfg: Config, train_tasks: list[dict]) -> str:
+    blob = json.dumps(
+        {"tiny": cfg.policy.tiny.model_dump(), "seed": cfg.seed, "domain": cfg.domain,
+         "tasks": [t["id"] + t["answer"] for t in train_tasks[:2000]], "v": 1},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def ensure_base_policy(cfg: Config, run_dir: Path, train_tasks: list[dict], canonical_prompt, log=print) -> str:
+    """Return what the first phase starts from: a model id/path, or ``RUN_DIR/policy/base`` for the tiny policy."""
+    if cfg.policy.model != "tiny":
+        return cfg.policy.model
+    target = run_dir / "policy" / "base"
+    if (target / "config.json").exists():
+        return str(target)
+    cached = cache_root() / "policies" / _cache_key(cfg, train_tasks)
+    if not (cached / "config.json").exists():
+        import torch
+
+        if cfg.training.threads:
+            torch.set_num_threads(cfg.training.threads)
+        log("building the tiny policy (character-level Qwen2) and warming it up on the training split")
+        tokenizer = build_tokenizer()
+        model = build_model(cfg.policy.tiny, len(tokenizer), cfg.seed)
+        rng = random.Random(cfg.seed)
+        tasks = list(train_tasks)
+        rng.shuffle(tasks)
+        stats = warm_up(model, tokenizer, [(canonical_prompt(t), t["answer"]) for t in tasks], cfg.policy.tiny,
+                        cfg.seed, log=log)
+        tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        n_params = sum(p.numel() for p in model.parameters())
+        (tmp / "warmup.json").write_text(json.dumps({**stats, "parameters": n_params}, indent=1))
+        tmp.rename(cached) if not cached.exists() else shutil.rmtree(tmp)
+        log(f"tiny policy ready: {n_params / 1e6:.2f}M parameters, {stats['steps']} warm-up steps, "
+            f"probe accuracy {stats['probe_accuracy']:.1%} ({stats['seconds']} s)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name("base.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(cached, tmp)
+    tmp.rename(target)
+    return str(target)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from evotrainer.rundir import RunDir
+
+    rd = RunDir(Path(sys.argv[1]))
+    print(rd.ensure_policy())

@@ -1,0 +1,115 @@
+"""The rollout store: one parquet file per phase (``RUN_DIR/rollouts/phase-NNNN.parquet``), and group statistics.
+
+One row per completion with the Rollout fields of DESIGN.md; ``reward_components`` and ``extra`` are stored as
+JSON text so a phase whose harness adds a component needs no schema change. Files are written under a temporary
+name and renamed, so a reader never sees half a phase. :func:`group_stats` is the one definition of the
+training-signal figures (dead groups, kept fraction, ...) that the trainer, the Diagnostician and the
+Backtester all report, so the numbers in the log, the diagnoses and the backtest reports agree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from evotrainer.contracts import Rollout
+
+_JSON_COLUMNS = ("reward_components", "extra")
+SPREAD_EPS = 1e-6
+
+
+def write_rollouts(rollouts: Iterable[Rollout], path: Path) -> None:
+    rows = []
+    for r in rollouts:
+        row = r.model_dump()
+        for col in _JSON_COLUMNS:
+            row[col] = json.dumps(row[col], sort_keys=True)
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=list(Rollout.model_fields))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    frame.to_parquet(tmp, index=False)
+    tmp.replace(path)
+
+
+def read_rollouts(path: Path) -> list[dict]:
+    """Rows as plain dicts (the form harness code and the agents work with)."""
+    frame = pd.read_parquet(path)
+    rows = frame.to_dict("records")
+    for row in rows:
+        for col in _JSON_COLUMNS:
+            row[col] = json.loads(row[col]) if isinstance(row.get(col), str) else (row.get(col) or {})
+        for key in ("truncated", "verified", "kept"):
+            row[key] = bool(row[key])
+        for key in ("phase", "step", "sample_idx", "completion_tokens", "turns", "tool_calls"):
+            row[key] = int(row[key])
+        for key in ("reward", "advantage"):
+            row[key] = float(row[key])
+    return rows
+
+
+def groups_of(rollouts: list[dict]) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in rollouts:
+        groups[r["group_id"]].append(r)
+    return dict(groups)
+
+
+def _spread(values: list[float]) -> float:
+    return max(values) - min(values) if values else 0.0
+
+
+def group_stats(rollouts: list[dict]) -> dict[str, float]:
+    """Training-signal figures of a set of rollouts (rows with reward, kept, truncated, verified, group_id).
+
+    dead_group_ratio   groups whose rewards are all equal (no GRPO advantage), over all groups
+    kept_dead_ratio    among groups that still train, those whose kept rewards are all equal
+    kept_fraction      rollouts the filters let train
+    signal_fraction    rollouts that train with a non-zero advantage (kept, in a group with reward spread)
+    """
+    n = len(rollouts)
+    if n == 0:
+        return {k: 0.0 for k in ("reward_mean", "dead_group_ratio", "kept_dead_ratio", "kept_fraction",
+                                 "signal_fraction", "truncation_rate", "verified_rate", "completion_tokens_mean",
+                                 "groups", "kept_groups")}
+    groups = groups_of(rollouts)
+    dead = sum(_spread([r["reward"] for r in g]) < SPREAD_EPS for g in groups.values())
+    kept_groups = [[r for r in g if r["kept"]] for g in groups.values()]
+    kept_groups = [g for g in kept_groups if g]
+    kept_dead = sum(_spread([r["reward"] for r in g]) < SPREAD_EPS for g in kept_groups)
+    signal = sum(len(g) for g in kept_groups if _spread([r["reward"] for r in g]) >= SPREAD_EPS)
+    return {
+        "reward_mean": sum(r["reward"] for r in rollouts) / n,
+        "dead_group_ratio": dead / len(groups),
+        "kept_dead_ratio": kept_dead / len(kept_groups) if kept_groups else 1.0,
+        "kept_fraction": sum(r["kept"] for r in rollouts) / n,
+        "signal_fraction": signal / n,
+        "truncation_rate": sum(r["truncated"] for r in rollouts) / n,
+        "verified_rate": sum(r["verified"] for r in rollouts) / n,
+        "completion_tokens_mean": sum(r["completion_tokens"] for r in rollouts) / n,
+        "groups": float(len(groups)),
+        "kept_groups": float(len(kept_groups)),
+    }
+
+
+def level_history(rollouts: list[dict]) -> dict[str, dict]:
+    """Per difficulty level: what the curriculum sees of the last phase (no evaluator fields)."""
+    out: dict[str, dict] = {}
+    by_level: dict[str, list[dict]] = defaultdict(list)
+    for r in rollouts:
+        by_level[r["difficulty"]].append(r)
+    for level, rows in sorted(by_level.items()):
+        groups = groups_of(rows)
+        rewards = [r["reward"] for r in rows]
+        out[level] = {
+            "n": len(rows),
+            "reward_mean": sum(rewards) / len(rows),
+            "dead_group_ratio": sum(_spread([r["reward"] for r in g]) < SPREAD_EPS for g in groups.values())
+            / max(len(groups), 1),
+        }
+    return out

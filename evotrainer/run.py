@@ -1,0 +1,71 @@
+"""Running a run directory: start (or resume) the co-evolution loop until its phase budget is spent.
+
+``run(RUN_DIR)`` makes sure the starting policy exists, connects to the trainer service (starting a local
+one when the config names no URL), and drives the LangGraph loop from its SQLite checkpoint: a fresh run
+starts at ``train``, a killed one resumes at the node it was in, a finished one whose budget was raised
+trains on. The run's state (running, paused, done, failed) is kept in ``status.json`` for ``evotrainer status``.
+Only one process may drive a run directory at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from evotrainer.console import Reporter
+from evotrainer.rundir import RunDir, RunDirError
+
+
+class RunError(RuntimeError):
+    pass
+
+
+def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None = None) -> dict:
+    from agents import build_agents
+    from evotrainer.graph import THREAD, Runtime, build_graph, open_checkpointer
+    from evotrainer.trainer.client import connect
+
+    reporter = reporter or Reporter()
+    rd = RunDir(run_dir)
+    cfg = rd.load_config()
+    st = rd.status()
+    if st.get("state") == "running":
+        raise RunDirError(f"{rd.root}: already being run by process {st.get('pid')}")
+    if phases is not None and phases != cfg.phases:
+        cfg.phases = phases
+        rd.save_config(cfg)
+    rd.set_status("running", node="start", started=time.time())
+    rd.events.emit("run_start", phases=cfg.phases)
+    t0 = time.time()
+    try:
+        base = rd.ensure_policy(log=reporter.info)
+        with connect(rd.root, cfg.trainer.url, cfg.trainer.start_timeout_s) as trainer:
+            health = trainer.health()
+            reporter.info(f"trainer service at {trainer.url} (pid {health['pid']}, {health['device']})")
+            rd.events.emit("trainer", url=trainer.url, **health)
+            rt = Runtime(rd=rd, cfg=cfg, trainer=trainer, agents=build_agents(cfg, str(rd.skills_path(cfg))),
+                         reporter=reporter, base_policy=base)
+            with open_checkpointer(rd.state_db) as saver:
+                graph = build_graph(rt, saver)
+                snap = graph.get_state(THREAD)
+                if snap.next:
+                    reporter.info(f"resuming at node {snap.next[0]} (phase {snap.values.get('phase', 0)})")
+                    rd.events.emit("resume", node=snap.next[0], phase=snap.values.get("phase", 0))
+                    graph.invoke(None, THREAD, durability="sync")
+                elif snap.values.get("phase", 0) < cfg.phases:
+                    start = {"budget": cfg.phases} if snap.values else {"budget": cfg.phases, "phase": 0}
+                    graph.invoke(start, THREAD, durability="sync")
+                values = graph.get_state(THREAD).values
+    except KeyboardInterrupt:
+        rd.set_status("paused", detail="interrupted; `evotrainer run` resumes where it stopped")
+        rd.events.emit("run_paused", reason="interrupt")
+        raise
+    except Exception as err:
+        rd.set_status("failed", error=f"{type(err).__name__}: {err}")
+        rd.events.emit("run_failed", error=f"{type(err).__name__}: {err}")
+        raise
+    results = values.get("results", [])
+    rd.set_status("done", phase=values.get("phase", 0), accuracy=[r["eval"]["accuracy"] for r in results],
+                  wall_time_s=round(time.time() - t0, 1))
+    rd.events.emit("run_done", phase=values.get("phase", 0), wall_time_s=round(time.time() - t0, 1))
+    return values

@@ -1,0 +1,152 @@
+"""The run directory: every file a run reads or writes, and how a fresh one is made (`evotrainer init`).
+
+    RUN_DIR/
+      config.yaml            resolved configuration
+      harness/               git repo (main = promoted; candidates/*; tags phase-N; notes backtest/effect)
+      evaluator/             frozen eval split + verifier settings (never visible to harness code)
+      tasks/train.jsonl      training pool the harness samples from
+      policy/base/           starting checkpoint (the tiny policy, when policy.model is tiny)
+      rollouts/phase-NNNN.parquet
+      checkpoints/phase-NNNN/ model + result.json (PhaseResult)
+      state.sqlite           LangGraph checkpoints (resume after a kill)
+      skills/                Chroma store of the Librarian (unless skills.path points elsewhere)
+      events.jsonl           audit trail
+      status.json            what the run is doing now (state, phase, pid)
+      trainer.json           the local trainer service (url, pid) while one runs
+      report.html
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from evotrainer import config as config_mod
+from evotrainer.config import Config, ConfigError
+from evotrainer.domains import get_domain
+from evotrainer.domains.base import read_jsonl, write_jsonl
+from evotrainer.events import EventLog
+
+
+class RunDirError(ValueError):
+    pass
+
+
+class RunDir:
+    def __init__(self, root: Path | str):
+        self.root = Path(root).resolve()
+
+    # paths ----------------------------------------------------------------------------------------------------
+    config_path = property(lambda self: self.root / "config.yaml")
+    harness = property(lambda self: self.root / "harness")
+    evaluator = property(lambda self: self.root / "evaluator")
+    eval_split = property(lambda self: self.root / "evaluator" / "eval.jsonl")
+    train_tasks_path = property(lambda self: self.root / "tasks" / "train.jsonl")
+    rollouts = property(lambda self: self.root / "rollouts")
+    checkpoints = property(lambda self: self.root / "checkpoints")
+    state_db = property(lambda self: self.root / "state.sqlite")
+    events_path = property(lambda self: self.root / "events.jsonl")
+    status_path = property(lambda self: self.root / "status.json")
+    trainer_path = property(lambda self: self.root / "trainer.json")
+    report_path = property(lambda self: self.root / "report.html")
+    policy_base = property(lambda self: self.root / "policy" / "base")
+    scratch = property(lambda self: self.root / "tmp")
+
+    def rollout_file(self, phase: int) -> Path:
+        return self.rollouts / f"phase-{phase:04d}.parquet"
+
+    def checkpoint(self, phase: int) -> Path:
+        return self.checkpoints / f"phase-{phase:04d}"
+
+    def skills_path(self, cfg: Config) -> Path:
+        return Path(cfg.skills.path).expanduser().resolve() if cfg.skills.path else self.root / "skills"
+
+    @property
+    def events(self) -> EventLog:
+        return EventLog(self.events_path)
+
+    # lifecycle ------------------------------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.config_path.is_file() and (self.harness / ".git").exists()
+
+    def load_config(self) -> Config:
+        if not self.exists():
+            raise RunDirError(f"{self.root}: not a run directory (run `evotrainer init {self.root}` first)")
+        return config_mod.load(self.config_path)
+
+    def save_config(self, cfg: Config) -> None:
+        config_mod.dump(cfg, self.config_path)
+
+    def init(self, cfg: Config, log=print) -> None:
+        from evotrainer.harness import HarnessRepo
+
+        if self.root.exists() and any(self.root.iterdir()):
+            raise RunDirError(f"{self.root}: already exists and is not empty (choose a new directory)")
+        self.root.mkdir(parents=True, exist_ok=True)
+        for d in (self.rollouts, self.checkpoints, self.evaluator, self.scratch):
+            d.mkdir(parents=True, exist_ok=True)
+        self.save_config(cfg)
+        domain = get_domain(cfg.domain)
+        log(f"generating {cfg.domain} tasks (training pool {cfg.training.train_pool_size}, "
+            f"held-out {cfg.training.eval_size})")
+        train, held_out = domain.generate(cfg.seed, cfg.training.train_pool_size, cfg.training.eval_size)
+        write_jsonl(self.train_tasks_path, train)
+        write_jsonl(self.eval_split, held_out)
+        (self.evaluator / "verifier.json").write_text(json.dumps(
+            {"domain": cfg.domain, "prompt": "canonical", "max_new_tokens": cfg.training.eval_max_new_tokens,
+             "decoding": "greedy", "n": len(held_out)}, indent=1))
+        HarnessRepo.create(self.harness, cfg.domain)
+        self.events.emit("init", run=cfg.name, domain=cfg.domain, train_tasks=len(train), eval_tasks=len(held_out))
+        self.set_status("initialized", phase=0)
+
+    def train_tasks(self) -> list[dict]:
+        return read_jsonl(self.train_tasks_path)
+
+    def eval_tasks(self) -> list[dict]:
+        return read_jsonl(self.eval_split)
+
+    def ensure_policy(self, log=print) -> str:
+        from evotrainer.policy import ensure_base_policy
+
+        cfg = self.load_config()
+        domain = get_domain(cfg.domain)
+        return ensure_base_policy(cfg, self.root, self.train_tasks(), domain.canonical_prompt, log=log)
+
+    # status ---------------------------------------------------------------------------------------------------
+    def set_status(self, state: str, **fields) -> None:
+        data = {**self.status(raw=True), "state": state, "pid": os.getpid(), "updated": time.time(), **fields}
+        tmp = self.status_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.status_path)
+
+    def status(self, raw: bool = False) -> dict:
+        try:
+            data = json.loads(self.status_path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+        if not raw and data.get("state") == "running" and not _alive(data.get("pid")):
+            data["state"] = "paused"
+            data["detail"] = "the run process is gone (killed?); `evotrainer run` resumes where it stopped"
+        return data
+
+
+def _alive(pid) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    except PermissionError:
+        return True
+    import psutil
+
+    try:
+        return psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+__all__ = ["RunDir", "RunDirError", "ConfigError"]

@@ -1,0 +1,169 @@
+"""The trainer service: a long-lived HTTP process that owns the accelerator and runs training phases.
+
+    evotrainer trainer serve [--host 127.0.0.1] [--port 8765] [--parent-pid PID] [--port-file F]
+
+API (JSON):
+    GET  /health                  {"ok", "pid", "device", "busy", "job"}
+    POST /phases                  PhaseRequest -> {"job"}; idempotent for the same run, phase and harness sha;
+                                  with "pilot": true, a few steps whose rollouts judge a knob edit
+    GET  /phases/{job}            {"state": running|done|failed, "progress", "result", "error"}
+                                  (result: PhaseResult, or PilotResult for a pilot)
+    POST /evaluate                {"run_dir", "checkpoint", "domain", "max_new_tokens"} -> EvalResult
+    POST /shutdown                stops the process
+
+One phase runs at a time, in a worker thread; a second different request while busy gets 409. With
+``--parent-pid`` the service exits when that process is gone (the kernel's parent-death signal covers a local
+child, and a watcher thread covers the rest), so a killed ``evotrainer run`` never leaves a trainer behind.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel
+
+from evotrainer.trainer.grpo import PhaseRequest, run_phase, run_pilot
+
+
+class EvalRequest(BaseModel):
+    run_dir: str
+    checkpoint: str
+    domain: str = "math"
+    max_new_tokens: int = 16
+    device: str = "auto"
+
+
+class _Jobs:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.active: str | None = None
+
+    def key(self, req: PhaseRequest) -> str:
+        return f"{Path(req.run_dir).resolve()}::{req.phase}::{req.harness_sha}::{'pilot' if req.pilot else 'phase'}"
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="EvoTrainer trainer service")
+    jobs = _Jobs()
+
+    def device() -> str:
+        try:
+            import torch
+
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        except Exception:  # pragma: no cover - torch always present in this package
+            return "unknown"
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"ok": True, "pid": os.getpid(), "device": device(), "busy": jobs.active is not None,
+                "job": jobs.active}
+
+    @app.post("/phases")
+    def start_phase(req: PhaseRequest) -> dict:
+        key = jobs.key(req)
+        with jobs.lock:
+            for job_id, job in jobs.jobs.items():
+                if job["key"] == key and job["state"] in ("running", "done"):
+                    return {"job": job_id}
+            if jobs.active is not None:
+                raise HTTPException(409, f"busy with job {jobs.active}")
+            job_id = uuid.uuid4().hex[:12]
+            job = {"key": key, "state": "running", "progress": {"stage": "queued"}, "result": None,
+                   "error": None, "started": time.time()}
+            jobs.jobs[job_id] = job
+            jobs.active = job_id
+
+        def work() -> None:
+            try:
+                run = run_pilot if req.pilot else run_phase
+                result = run(req, progress=lambda p: job.__setitem__("progress", p))
+                job["result"] = result.model_dump(mode="json")
+                job["state"] = "done"
+            except Exception as err:  # reported to the client, which fails the run with this message
+                job["error"] = f"{type(err).__name__}: {err}"
+                job["traceback"] = traceback.format_exc()
+                job["state"] = "failed"
+            finally:
+                with jobs.lock:
+                    jobs.active = None
+
+        threading.Thread(target=work, name=f"phase-{req.phase}", daemon=True).start()
+        return {"job": job_id}
+
+    @app.get("/phases/{job_id}")
+    def poll(job_id: str) -> dict:
+        job = jobs.jobs.get(job_id)
+        if job is None:
+            raise HTTPException(404, f"no job {job_id}")
+        return {k: v for k, v in job.items() if k != "key"}
+
+    @app.post("/evaluate")
+    def evaluate_checkpoint(req: EvalRequest) -> dict:
+        from evotrainer.domains import get_domain
+        from evotrainer.rundir import RunDir
+        from evotrainer.trainer.grpo import _device, evaluate, load_policy
+
+        dev = _device(req.device)
+        model, tokenizer, _ = load_policy(req.checkpoint, dev, "auto", False, 0)
+        model.to(dev)
+        result = evaluate(model, tokenizer, get_domain(req.domain), RunDir(req.run_dir).eval_tasks(),
+                          req.max_new_tokens, dev)
+        return result.model_dump(mode="json")
+
+    @app.post("/shutdown")
+    def shutdown() -> dict:
+        threading.Timer(0.2, lambda: os._exit(0)).start()
+        return {"ok": True}
+
+    return app
+
+
+def _watch_parent(pid: int) -> None:
+    import psutil
+
+    while True:
+        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            os._exit(0)
+        time.sleep(0.5)
+
+
+def serve(host: str = "127.0.0.1", port: int = 8765, parent_pid: int | None = None,
+          port_file: str | None = None) -> None:
+    import uvicorn
+
+    if parent_pid:
+        threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    # importing torch/transformers/TRL takes ~20 s on a small CPU: do it while the run process gets ready
+    threading.Thread(target=lambda: __import__("trl.trainer.grpo_trainer"), daemon=True).start()
+    app = create_app()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    if port_file:  # the launcher learns the port (port 0 = any free one) from this file
+        tmp = Path(port_file).with_suffix(".tmp")
+        tmp.write_text(str(sock.getsockname()[1]))
+        tmp.replace(port_file)
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="EvoTrainer trainer service")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--parent-pid", type=int, default=None)
+    parser.add_argument("--port-file", default=None)
+    a = parser.parse_args()
+    serve(a.host, a.port, a.parent_pid, a.port_file)
