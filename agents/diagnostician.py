@@ -126,8 +126,8 @@ class HeuristicDiagnostician:
                  rate_evidence("dead_groups_all_wrong", unsolved, len(groups))]
         return Diagnosis(
             id="", layer="signal", failure_mode="dead_groups",
-            statement=f"{e.value:.0%} of GRPO groups have no reward spread (all {solved} solved, {unsolved} "
-                      f"unsolved of {len(dead)}), so they give no advantage; by level: {levels}.",
+            statement=f"{e.value:.0%} of GRPO groups have no reward spread ({unsolved} all wrong, {solved} all "
+                      f"right, of {len(dead)} such groups), so they give no advantage; by level: {levels}.",
             evidence=[e, *extra], rollout_ids=_examples([g[0] for g in dead]),
             severity=_severity(e.value, th, 0.5), confidence=_confidence(e, "above"),
         )

@@ -96,8 +96,13 @@ def _truncated_advantage(rows: list[dict]) -> float:
 
 
 def _verified_dropped(rows: list[dict]) -> float:
+    """Share of verified-correct rollouts that do not train toward themselves (filtered, masked, or advantage <= 0).
+
+    A correct rollout in an all-correct group has zero advantage on any harness, so dropping that group loses
+    nothing; a correct rollout that loses its positive advantage is a real loss of signal.
+    """
     correct = [r for r in rows if r["verified"]]
-    return sum(not r["trained"] for r in correct) / len(correct) if correct else 0.0
+    return sum(not (r["trained"] and r["advantage"] > 1e-9) for r in correct) / len(correct) if correct else 0.0
 
 
 def _with_trained(rows: list[dict]) -> list[dict]:
@@ -231,7 +236,7 @@ def _metric_checks(base: dict, cand: dict, cand_mix: dict | None, candidate: Can
     cv = METRICS["verified_dropped"](c_rows)
     ok = cv <= bv + 1e-9
     checks.append(Check(name="verified_dropped", base=round(bv, 4), candidate=round(cv, 4), threshold=round(bv, 4),
-                        passed=ok, detail="" if ok else "verified-correct rollouts would be filtered or masked"))
+                        passed=ok, detail="" if ok else "verified-correct rollouts would stop training toward themselves (filtered, masked or outscored)"))
     target = candidate.target_metric
     if not offline_target:  # judged by the pilot instead
         return 0.0, checks

@@ -30,9 +30,9 @@ class TinyPolicyConfig(_Section):
     num_layers: int = Field(3, ge=1, description="transformer layers of the tiny model")
     num_heads: int = Field(4, ge=1, description="attention heads of the tiny model")
     max_length: int = Field(64, ge=16, description="longest prompt+completion the tiny model is built for")
-    warmup_steps: int = Field(1500, ge=0, description="most supervised warm-up steps on the training split")
+    warmup_steps: int = Field(600, ge=0, description="most supervised warm-up steps on the training split")
     warmup_batch_size: int = Field(64, ge=1, description="examples per supervised warm-up step")
-    warmup_lr: float = Field(2e-3, gt=0, description="learning rate of the supervised warm-up")
+    warmup_lr: float = Field(3e-3, gt=0, description="learning rate of the supervised warm-up")
     warmup_target_accuracy: float = Field(
         0.3, ge=0, le=1, description="stop the warm-up once accuracy on a training probe reaches this"
     )
@@ -97,8 +97,9 @@ class BacktestConfig(_Section):
 
 
 class SandboxConfig(_Section):
-    backend: Literal["auto", "docker", "process"] = Field(
-        "auto", description="auto = Docker when a daemon answers, else a limited local process"
+    backend: Literal["auto", "docker", "bwrap", "unshare", "process"] = Field(
+        "auto", description="auto = the strongest available: Docker when a daemon answers, else bubblewrap, else "
+        "unshare (no network, private mounts), else a plain rlimit-limited process"
     )
     image: str = Field("evotrainer-sandbox:latest", description="Docker image built from sandbox/Dockerfile")
     memory_mb: int = Field(2048, ge=64, description="address-space / memory limit of sandboxed harness code")

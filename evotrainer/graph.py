@@ -13,6 +13,7 @@ The budget is the number of training phases.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sqlite3
@@ -108,7 +109,10 @@ def _results(state: RunState) -> list[PhaseResult]:
 def _evidence(rt: Runtime, state: RunState) -> PhaseEvidence:
     phase = state["phase"]
     rounds = state.get("evidence_round", 0)
-    in_view = [p for p in range(max(1, phase - rounds), phase + 1) if rt.rd.rollout_file(p).exists()]
+    # a further evidence round pools earlier phases, but only those trained on the same harness as this one
+    results = {r["phase"]: r["harness_sha"] for r in state.get("results", [])}
+    in_view = [p for p in range(max(1, phase - rounds), phase + 1)
+               if rt.rd.rollout_file(p).exists() and results.get(p) == results.get(phase)]
     rollouts = [r for p in in_view for r in read_rollouts(rt.rd.rollout_file(p))]
     main = rt.repo.sha("main")
     knobs = read_knobs_at(rt, main)
@@ -442,9 +446,14 @@ def _summary(state: RunState, effects: list[dict], candidates: list[Candidate]) 
     }
 
 
-def open_checkpointer(path: Path) -> SqliteSaver:
+@contextlib.contextmanager
+def open_checkpointer(path: Path):
+    """The run's SQLite checkpointer; every node's output is committed before the next node starts."""
     conn = sqlite3.connect(str(path), check_same_thread=False)
-    return SqliteSaver(conn)
+    try:
+        yield SqliteSaver(conn)
+    finally:
+        conn.close()
 
 
 def snapshot_json(graph) -> dict:

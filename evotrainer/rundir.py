@@ -116,7 +116,10 @@ class RunDir:
 
     # status ---------------------------------------------------------------------------------------------------
     def set_status(self, state: str, **fields) -> None:
-        data = {**self.status(raw=True), "state": state, "pid": os.getpid(), "updated": time.time(), **fields}
+        old = self.status(raw=True)
+        if old.get("state") != state:  # a new state's explanation replaces the last one's
+            old = {k: v for k, v in old.items() if k not in ("detail", "error")}
+        data = {**old, "state": state, "pid": os.getpid(), "updated": time.time(), **fields}
         tmp = self.status_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(self.status_path)

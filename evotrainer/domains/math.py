@@ -1,7 +1,7 @@
 """Math domain: integer arithmetic chains from reasoning-gym's ``chain_sum`` generator at four difficulty levels.
 
-Levels are sized for the tiny character-level policy of the demo (it learns level 1 in seconds and level 4
-barely), which gives RL both solved and unsolved groups to work with. A real model can use the same levels or
+Levels are sized for the tiny character-level policy of the demo (after its warm-up it solves roughly a quarter of
+levels 1-2 and little of levels 3-4), which gives RL both solved and unsolved groups to work with. A real model can use the same levels or
 harder ones. The canonical prompt is the compact expression (``"37-5+8="``); the verifier reads the completion
 up to its first newline and accepts it when it is an integer literal equal to the answer.
 """
@@ -16,8 +16,8 @@ from evotrainer.domains.base import Domain, Task
 LEVELS: dict[str, dict[str, int]] = {
     "1": dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1),
     "2": dict(min_terms=3, max_terms=3, min_digits=1, max_digits=1),
-    "3": dict(min_terms=2, max_terms=2, min_digits=2, max_digits=2),
-    "4": dict(min_terms=3, max_terms=3, min_digits=2, max_digits=2),
+    "3": dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2),
+    "4": dict(min_terms=2, max_terms=2, min_digits=2, max_digits=2),
 }
 
 _INT = re.compile(r"[+-]?\d+")
@@ -28,7 +28,11 @@ class MathDomain(Domain):
     levels = list(LEVELS)
 
     def generate(self, seed: int, train_size: int, eval_size: int) -> tuple[list[Task], list[Task]]:
-        import reasoning_gym  # heavy import (~5 s): only when tasks are made, at `evotrainer init`
+        import warnings
+
+        with warnings.catch_warnings():  # one of its dependencies has invalid escape/`is` literals
+            warnings.simplefilter("ignore", SyntaxWarning)
+            import reasoning_gym  # heavy import (~5 s): only when tasks are made, at `evotrainer init`
 
         per_eval = -(-eval_size // len(LEVELS))
         per_train = -(-train_size // len(LEVELS))

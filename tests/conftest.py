@@ -1,0 +1,71 @@
+"""Shared fixtures: synthetic rollouts for the unit tests, and a fast, shared tiny policy for the run tests.
+
+The run tests start the real ``evotrainer`` command, which starts the real trainer service. They share one
+policy cache per test session (``EVOTRAINER_CACHE``) so the tiny policy's warm-up is paid once, and use
+``FAST`` config overrides so a phase takes seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED = ROOT / "harness_repo" / "math"
+EVOTRAINER = [sys.executable, "-m", "evotrainer.cli"]
+
+# a run small enough for tests: a short warm-up, short phases, a small eval split, short pilots
+FAST = [
+    "policy.tiny.warmup_steps=60", "policy.tiny.warmup_target_accuracy=1.0",
+    "training.steps_per_phase=6", "training.prompts_per_step=4", "training.eval_size=40",
+    "training.train_pool_size=400", "backtest.pilot_steps=2",
+]
+
+
+def task(i: int, level: str = "1", answer: str = "9") -> dict:
+    return {"id": f"train-{level}-{i}", "difficulty": level, "question": "", "expression": "4 + 5",
+            "answer": answer}
+
+
+def rollouts(groups: list[list[tuple[str, bool]]], phase: int = 1, truncated: bool = False) -> list[dict]:
+    """Rollout rows (DESIGN.md's Rollout) from groups of (completion, verified); reward = verified."""
+    rows = []
+    for g, members in enumerate(groups):
+        for k, (completion, ok) in enumerate(members):
+            rows.append({
+                "phase": phase, "step": 1 + g // 4, "harness_sha": "0" * 40, "group_id": f"p{phase}-g{g}",
+                "sample_idx": k, "task_id": f"train-1-{g}", "difficulty": str(1 + g % 4), "prompt": "4+5=",
+                "completion": completion, "completion_tokens": len(completion) + (0 if truncated else 1),
+                "truncated": truncated, "reward": 1.0 if ok else 0.0, "reward_components": {"correct": float(ok)},
+                "verified": ok, "advantage": 0.0, "kept": True, "turns": 1, "tool_calls": 0, "extra": {},
+            })
+    return rows
+
+
+def tasks_for(rows: list[dict]) -> dict[str, dict]:
+    return {r["task_id"]: task(int(r["task_id"].rsplit("-", 1)[1]), r["task_id"].split("-")[1]) for r in rows}
+
+
+@pytest.fixture(scope="session")
+def policy_cache(tmp_path_factory) -> Path:
+    """One EVOTRAINER_CACHE for the session: the tiny policy is built once and reused by every run test."""
+    path = tmp_path_factory.mktemp("evotrainer-cache")
+    return path
+
+
+@pytest.fixture
+def cli_env(policy_cache: Path) -> dict:
+    env = {**os.environ, "EVOTRAINER_CACHE": str(policy_cache), "PYTHONPATH": str(ROOT),
+           "COLUMNS": "200", "TOKENIZERS_PARALLELISM": "false"}
+    return env
+
+
+def cli(args: list[str], env: dict, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*EVOTRAINER, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"evotrainer {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc

@@ -1,0 +1,121 @@
+"""The backtest: candidate and main replayed on retained rollouts in the sandbox; only passing edits promote.
+
+Each test commits a real edit to a real harness repo and judges it with ``run_backtest`` on synthetic rollouts
+whose ground truth (``verified``) is known, so every verdict here can be checked by hand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents.playbook import BY_NAME
+from evotrainer.backtest import run_backtest
+from evotrainer.contracts import Candidate
+from evotrainer.harness import HarnessRepo, read_knobs
+from evotrainer.sandbox import SandboxLimits
+from tests.conftest import rollouts, tasks_for
+
+LIMITS = SandboxLimits(memory_mb=1024, cpu_s=60, call_timeout_s=5)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> HarnessRepo:
+    return HarnessRepo.create(tmp_path / "harness", "math")
+
+
+@pytest.fixture
+def rows() -> list[dict]:
+    """40 groups of 4: most all-wrong (dead), some mixed, a few all-right."""
+    groups = []
+    for g in range(40):
+        if g % 5 == 0:
+            groups.append([("9", True), ("8", False), ("9", True), ("7", False)])
+        elif g % 5 == 1:
+            groups.append([("9", True)] * 4)
+        else:
+            groups.append([("1", False), ("12", False), ("3", False), ("x", False)])
+    return rollouts(groups)
+
+
+def _commit(repo: HarnessRepo, edits: dict[str, str], variable: str, metric: str, direction: str,
+            intervention: str = "custom") -> Candidate:
+    cand = Candidate(branch="candidates/phase-1-1", base_sha=repo.sha("main"), diagnosis_id="d1-1",
+                     intervention=intervention, hypothesis="if X then Y because Z", variable=variable,
+                     target_metric=metric, direction=direction, expected=f"{metric} {direction}",
+                     rollback="revert", files=sorted(edits))
+    cand.sha = repo.commit_candidate(cand.branch, cand.base_sha, edits, f"{variable}: test", "body", {})
+    return cand
+
+
+def _judge(repo: HarnessRepo, cand: Candidate, rows: list[dict]):
+    return run_backtest(repo, cand, rows, tasks_for(rows), main_sha=repo.sha("main"), limits=LIMITS,
+                        backend="auto", hide=[], time_budget_s=120, bootstrap=100, tolerance=0.01)
+
+
+def test_group_filter_that_drops_dead_groups_passes(repo, rows):
+    edits = BY_NAME["drop_zero_variance_groups"].edit({"filters.py": repo.show_file("main", "filters.py")},
+                                                      read_knobs(repo.path), {})
+    cand = _commit(repo, edits, "filters.keep_group", "kept_dead_ratio", "down", "drop_zero_variance_groups")
+    report = _judge(repo, cand, rows)
+    assert report.verdict == "promote", report.reasons
+    target = next(c for c in report.checks if c.name == "target:kept_dead_ratio")
+    assert target.base == pytest.approx(32 / 40) and target.candidate == 0.0
+    dropped = next(c for c in report.checks if c.name == "verified_dropped")
+    assert dropped.passed  # only zero-advantage groups are dropped: no correct rollout loses its signal
+    assert report.sandbox in ("unshare", "bwrap", "docker", "process")
+
+
+def test_reward_edit_that_crashes_is_rejected_with_its_reason(repo, rows):
+    src = repo.show_file("main", "rewards.py").replace(
+        'return 1.0 if', 'return 1 / 0 if')
+    cand = _commit(repo, {"rewards.py": src}, "rewards.correct", "dead_group_ratio", "down")
+    report = _judge(repo, cand, rows)
+    assert report.verdict == "reject"
+    assert any("ZeroDivisionError" in r for r in report.reasons), report.reasons
+    assert repo.sha("main") == cand.base_sha
+
+
+def test_edit_that_crashes_only_on_real_rollouts_fails_replay(repo, rows):
+    # passes the harness's own tests (they never see a completion 'x') but crashes when replayed
+    src = repo.show_file("main", "filters.py").replace(
+        "def keep_rollout(rollout: dict) -> bool:\n    return True",
+        "def keep_rollout(rollout: dict) -> bool:\n    return int(rollout['completion']) >= 0")
+    cand = _commit(repo, {"filters.py": src}, "filters.keep_rollout", "kept_fraction", "down")
+    report = _judge(repo, cand, rows)
+    assert report.verdict == "reject"
+    assert any(r.startswith("replay:") and "ValueError" in r for r in report.reasons), report.reasons
+
+
+def test_edit_that_hangs_is_stopped_and_rejected(repo, rows):
+    src = repo.show_file("main", "filters.py").replace(
+        "def keep_group(group: list[dict]) -> bool:\n    return True",
+        "def keep_group(group: list[dict]) -> bool:\n    while True:\n        pass")
+    cand = _commit(repo, {"filters.py": src}, "filters.keep_group", "kept_dead_ratio", "down")
+    report = _judge(repo, cand, rows)
+    assert report.verdict == "reject"
+    assert any("exceeded 5s and was killed" in r for r in report.reasons), report.reasons
+
+
+def test_reward_hack_is_caught_by_ordering_against_verified(repo, rows):
+    # a "looser" correctness reward that accepts any integer: wrong answers now score like right ones
+    src = repo.show_file("main", "rewards.py").replace(
+        'return 1.0 if _answer(sample["completion"]) == sample["task"]["answer"] else 0.0',
+        'return 1.0 if _answer(sample["completion"]).lstrip("-").isdigit() else 0.0')
+    tests = repo.show_file("main", "tests/test_harness.py").replace(
+        'assert _score("8")["correct"] == 0.0', 'pass')  # the hack also "fixes" the test that would catch it
+    cand = _commit(repo, {"rewards.py": src, "tests/test_harness.py": tests}, "rewards.correct",
+                   "dead_group_ratio", "down")
+    report = _judge(repo, cand, rows)
+    assert report.verdict == "reject"
+    assert any(r.startswith("ordering_violations") for r in report.reasons), report.reasons
+    assert any(r.startswith("reward_verified_auc") for r in report.reasons), report.reasons
+
+
+def test_broken_knobs_are_rejected_before_any_code_runs(repo, rows):
+    text = repo.show_file("main", "harness.yaml").replace("group_size: 8", "group_size: 0")
+    cand = _commit(repo, {"harness.yaml": text}, "harness.yaml:group_size", "dead_group_ratio", "down")
+    report = _judge(repo, cand, rows)
+    assert report.verdict == "reject"
+    assert report.reasons[0].startswith("knobs_valid: harness.yaml: group_size")

@@ -1,0 +1,91 @@
+"""Configuration: defaults give the demo; bad input fails at start with one message naming key and allowed values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evotrainer import config as C
+from tests.conftest import cli
+
+
+def test_defaults_are_the_embedded_demo():
+    cfg = C.parse({})
+    assert (cfg.domain, cfg.policy.model, cfg.trainer.url) == ("math", "tiny", None)
+    assert all(getattr(cfg.agents, r).model == "heuristic"
+               for r in ("diagnostician", "critic", "engineer", "backtester", "librarian"))
+    assert cfg.skills.path is None  # skills live inside the run directory by default
+
+
+def test_every_field_has_help_text():
+    def walk(model):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no help text"
+            ann = field.annotation
+            if isinstance(ann, type) and issubclass(ann, C.BaseModel):
+                walk(ann)
+
+    walk(C.Config)
+
+
+def test_unknown_key_names_key_and_allowed_keys():
+    with pytest.raises(C.ConfigError) as err:
+        C.parse({"training": {"stepz_per_phase": 3}}, "cfg.yaml")
+    msg = str(err.value)
+    assert msg.startswith("cfg.yaml: training.stepz_per_phase: unknown key (allowed: ")
+    assert "steps_per_phase" in msg and "\n" not in msg
+
+
+def test_bad_value_names_key_and_what_is_allowed():
+    with pytest.raises(C.ConfigError) as err:
+        C.parse({"sandbox": {"backend": "vm"}})
+    assert "sandbox.backend" in str(err.value) and "'unshare'" in str(err.value) and "'vm'" in str(err.value)
+    with pytest.raises(C.ConfigError, match=r"training\.steps_per_phase: .*greater than or equal to 1"):
+        C.parse({"training": {"steps_per_phase": 0}})
+    with pytest.raises(C.ConfigError, match=r"agents\.critic\.model: .*heuristic"):
+        C.parse({"agents": {"critic": {"model": "gpt-9"}}})
+
+
+def test_policy_model_accepts_a_hugging_face_id_or_path():
+    assert C.parse({"policy": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}}).policy.model == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_overrides_parse_yaml_values_and_revalidate():
+    cfg = C.apply_overrides(C.parse({}), ["training.steps_per_phase=7", "policy.lora=true"])
+    assert cfg.training.steps_per_phase == 7 and cfg.policy.lora is True
+    with pytest.raises(C.ConfigError, match="expected KEY=VALUE"):
+        C.apply_overrides(cfg, ["training.steps_per_phase"])
+    with pytest.raises(C.ConfigError, match="training.nope: unknown key"):
+        C.apply_overrides(cfg, ["training.nope=1"])
+
+
+def test_missing_and_malformed_files(tmp_path: Path):
+    with pytest.raises(C.ConfigError, match="no such config file"):
+        C.load(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training: [1, 2\n")
+    with pytest.raises(C.ConfigError, match="not valid YAML"):
+        C.load(bad)
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(C.ConfigError, match="expected a mapping"):
+        C.load(bad)
+
+
+def test_round_trip_through_yaml(tmp_path: Path):
+    cfg = C.apply_overrides(C.parse({}), ["phases=5", "skills.path=/shared/skills"])
+    C.dump(cfg, tmp_path / "c.yaml")
+    assert C.load(tmp_path / "c.yaml") == cfg
+
+
+def test_cli_reports_one_readable_line_and_creates_nothing(tmp_path: Path, cli_env):
+    run_dir = tmp_path / "run"
+    proc = cli(["init", str(run_dir), "--set", "training.stepz=3"], cli_env, check=False)
+    assert proc.returncode == 2
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert "error: override: training.stepz: unknown key (allowed: steps_per_phase" in out
+    assert "Traceback" not in out
+    assert not run_dir.exists()
+    proc = cli(["run", str(tmp_path / "nowhere")], cli_env, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr
+    assert "nowhere" in proc.stdout

@@ -1,0 +1,80 @@
+"""The harness git repo: candidates on branches, --no-ff promotion with trailers, notes, tags, kill recovery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evotrainer.harness import HarnessRepo, KnobsError, parse_trailers, read_knobs
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> HarnessRepo:
+    return HarnessRepo.create(tmp_path / "harness", "math")
+
+
+def _candidate(repo: HarnessRepo, branch: str = "candidates/phase-1-1") -> str:
+    text = repo.show_file("main", "harness.yaml").replace("temperature: 1.0", "temperature: 1.3")
+    return repo.commit_candidate(branch, repo.sha("main"), {"harness.yaml": text}, "harness.yaml:temperature: up",
+                                 "If temperature rises, dead groups fall.",
+                                 {"Diagnosis": "d1-1 (signal/dead_groups)", "Variable": "harness.yaml:temperature",
+                                  "Expected": "dead_group_ratio down", "Backtest": "pending"})
+
+
+def test_seed_harness_is_one_commit_on_main_with_valid_knobs(repo: HarnessRepo):
+    assert [c.summary for c in repo.repo.iter_commits("main")] == ["Seed harness (math)"]
+    knobs = read_knobs(repo.path)
+    assert knobs.group_size >= 2 and knobs.reward_weights == {"correct": 1.0}
+    for name in ("harness.yaml", "prompt.py", "rewards.py", "filters.py", "curriculum.py", "diagnostics.py"):
+        assert (repo.path / name).is_file()
+    assert not (repo.path / "verify.py").exists()  # the verifier is evaluator-owned, never in the harness
+
+
+def test_candidate_lives_on_its_branch_and_main_is_untouched(repo: HarnessRepo):
+    main = repo.sha("main")
+    sha = _candidate(repo)
+    assert repo.sha("main") == main and repo.sha("candidates/phase-1-1") == sha
+    assert "temperature: 1.3" in repo.diff(main, sha)
+    trailers = parse_trailers(repo.message(sha))
+    assert trailers["Variable"] == "harness.yaml:temperature"
+    assert repo.repo.is_dirty(untracked_files=True) is False  # worktrees cleaned up
+
+
+def test_promotion_is_a_no_ff_merge_with_trailers_and_is_idempotent(repo: HarnessRepo):
+    sha = _candidate(repo)
+    repo.add_note(sha, {"verdict": "promote", "reasons": ["all checks passed"]})
+    new_main = repo.promote("candidates/phase-1-1", "Promote candidates/phase-1-1: temperature", "hypothesis",
+                            {"Diagnosis": "d1-1", "Variable": "harness.yaml:temperature", "Expected": "down",
+                             "Backtest": "promote: all checks passed"})
+    merge = repo.repo.commit(new_main)
+    assert len(merge.parents) == 2 and merge.parents[1].hexsha == sha
+    assert parse_trailers(merge.message)["Backtest"] == "promote: all checks passed"
+    assert repo.note(sha)["verdict"] == "promote"
+    assert repo.promote("candidates/phase-1-1", "again", "", {}) == new_main  # resuming does not merge twice
+    assert "temperature: 1.3" in (repo.path / "harness.yaml").read_text()
+
+
+def test_recover_clears_what_a_kill_mid_merge_leaves(repo: HarnessRepo):
+    _candidate(repo)
+    main = repo.sha("main")
+    # simulate a kill in the middle of a merge: MERGE_HEAD set, index changed, a stale lock
+    repo.repo.git.merge("--no-ff", "--no-commit", "candidates/phase-1-1")
+    (Path(repo.repo.git_dir) / "index.lock").write_text("")
+    repo.recover()
+    assert repo.sha("main") == main
+    assert not (Path(repo.repo.git_dir) / "MERGE_HEAD").exists()
+    assert not repo.repo.is_dirty()
+
+
+def test_tags_mark_the_harness_of_each_phase(repo: HarnessRepo):
+    repo.tag("phase-1", repo.sha("main"), "harness that trained phase 1")
+    repo.tag("phase-1", repo.sha("main"), "again")  # idempotent on resume
+    assert repo.tags() == {"phase-1": repo.sha("main")}
+
+
+def test_broken_knobs_give_a_readable_error(repo: HarnessRepo, tmp_path: Path):
+    dest = repo.export("main", tmp_path / "x")
+    (dest / "harness.yaml").write_text((dest / "harness.yaml").read_text().replace("group_size: 8", "group_size: 1"))
+    with pytest.raises(KnobsError, match="group_size"):
+        read_knobs(dest)
