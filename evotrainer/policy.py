@@ -149,6 +149,9 @@ def ensure_base_policy(cfg: Config, run_dir: Path, train_tasks: list[dict], cano
 
         if cfg.training.threads:
             torch.set_num_threads(cfg.training.threads)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # the save's shard bar would interleave with the run's own output
         log("building the tiny policy (character-level Qwen2) and warming it up on the training split")
         tokenizer = build_tokenizer()
         model = build_model(cfg.policy.tiny, len(tokenizer), cfg.seed)

@@ -1,0 +1,116 @@
+"""End to end: `evotrainer init` + `evotrainer run` for 2 phases through the real trainer service process.
+
+This is what a user does: the CLI starts a trainer service (a separate FastAPI process) which trains the tiny
+policy with TRL's GRPOTrainer, logs every rollout to parquet and evaluates on the held-out split; the
+built-in agents diagnose, edit the harness repo and backtest in the sandbox; `status`, `log` and `show` read it
+all back. The test then checks what a user would check afterwards, including that no trainer process is left.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import git
+import pandas as pd
+import psutil
+
+from evotrainer.contracts import Rollout
+from evotrainer.harness import parse_trailers
+from tests.conftest import FAST, cli
+
+
+def init_args(run_dir: Path, phases: int, extra: list[str] = ()) -> list[str]:
+    sets = [a for o in [*FAST, f"phases={phases}", *extra] for a in ("--set", o)]
+    return ["init", str(run_dir), "--domain", "math", *sets]
+
+
+def trainer_processes(run_dir: Path) -> list[psutil.Process]:
+    """Trainer service processes that belong to ``run_dir`` (started with its port file)."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "evotrainer.trainer.service" in cmd and str(run_dir) in cmd:
+            out.append(p)
+    return out
+
+
+def check_finished_run(run_dir: Path, phases: int, env: dict) -> dict:
+    """Everything a finished run must show; shared with the resume test. Returns `status --json`."""
+    status = json.loads(cli(["status", str(run_dir), "--json"], env).stdout)
+    assert status["state"] == "done" and status["phase"] == phases, status
+    assert sorted(status["accuracy"]) == [str(p) for p in range(1, phases + 1)]
+    assert all(0.0 <= a <= 1.0 for a in status["accuracy"].values())
+
+    # every rollout of every phase, with the Rollout fields, exactly once
+    per_phase = 6 * 4 * 8  # steps x prompts x group size of the FAST config
+    for phase in range(1, phases + 1):
+        frame = pd.read_parquet(run_dir / "rollouts" / f"phase-{phase:04d}.parquet")
+        assert list(frame.columns) == list(Rollout.model_fields)
+        assert len(frame) >= per_phase // 2 and frame.groupby(["group_id", "sample_idx"]).size().max() == 1
+        assert set(frame["phase"]) == {phase} and frame["verified"].dtype == bool
+        assert (frame.loc[~frame["kept"], "advantage"] == 0).all()
+        assert (run_dir / "checkpoints" / f"phase-{phase:04d}" / "result.json").is_file()
+
+    # the harness repo: main is clean, every merge carries its trailers and a passing backtest
+    repo = git.Repo(run_dir / "harness")
+    assert repo.active_branch.name == "main" and not repo.is_dirty(untracked_files=True)
+    assert not (Path(repo.git_dir) / "MERGE_HEAD").exists()
+    assert {t.name for t in repo.tags} >= {f"phase-{p}" for p in range(1, phases + 1)}
+    for commit in repo.iter_commits("main"):
+        if len(commit.parents) == 2:
+            trailers = parse_trailers(commit.message)
+            assert {"Diagnosis", "Hypothesis", "Variable", "Expected", "Backtest"} <= set(trailers)
+            assert trailers["Backtest"].startswith("promote:")
+            note = json.loads(repo.git.notes("--ref=backtest", "show", commit.parents[1].hexsha))
+            assert note["verdict"] == "promote" and all(c["passed"] for c in note["checks"])
+
+    # the harness log agrees with the repo: every candidate judged, rejections kept with reasons
+    entries = json.loads(cli(["log", str(run_dir), "--json"], env).stdout)
+    for e in entries:
+        assert e["verdict"] in ("promote", "reject") and e["reasons"], e
+        assert e["diagnosis"] and e["hypothesis"] and e["variable"], e
+        assert repo.is_ancestor(e["sha"], "main") == (e["state"] == "promoted")
+        if e["state"] == "rejected":
+            assert e["branch"] in repo.heads  # rejected candidates stay as branches
+    assert status["candidates"] == len(entries)
+
+    # the audit trail names every node of every phase
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    done = {(e["node"], e["phase"]) for e in events if e["kind"] == "node"}
+    for phase in range(1, phases + 1):
+        assert {("train", phase), ("diagnose", phase), ("critique", phase), ("librarian", phase)} <= done
+    assert not trainer_processes(run_dir), "a trainer service outlived its run"
+    assert not (run_dir / "trainer.json").exists()
+    return status
+
+
+def test_two_phase_run_through_the_real_trainer_service(tmp_path: Path, cli_env):
+    run_dir = tmp_path / "run"
+    cli(init_args(run_dir, phases=2), cli_env)
+    assert json.loads(cli(["status", str(run_dir), "--json"], cli_env).stdout)["state"] == "initialized"
+    proc = cli(["run", str(run_dir)], cli_env)
+    out = " ".join(proc.stdout.split())
+    assert "phase 1 held-out accuracy" in out and "phase 2 held-out accuracy" in out
+    assert "candidate harness edits" in out or "diagnoses: none" in out
+    check_finished_run(run_dir, 2, cli_env)
+
+    # the policy was warmed up and cached, and each phase continued from the previous checkpoint
+    assert (run_dir / "policy" / "base" / "config.json").is_file()
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert any(e["kind"] == "trainer" and e.get("pid") for e in events)
+
+    # show explains any candidate: its message, diff and backtest report
+    entries = json.loads(cli(["log", str(run_dir), "--json"], cli_env).stdout)
+    if entries:
+        shown = cli(["show", str(run_dir), entries[0]["branch"]], cli_env).stdout
+        assert "backtest" in shown and "diff" in shown.lower() or "+++" in shown
+    bad = cli(["show", str(run_dir), "no-such-ref"], cli_env, check=False)
+    assert bad.returncode == 2 and "unknown ref" in bad.stdout
+
+    # raising the budget trains on from where the run stopped, without retraining finished phases
+    cli(["run", str(run_dir), "--phases", "3"], cli_env)
+    check_finished_run(run_dir, 3, cli_env)
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    trained = [e["phase"] for e in events if e["kind"] == "node" and e["node"] == "train"]
+    assert trained == [1, 2, 3]
