@@ -46,12 +46,17 @@ class HeuristicLibrarian:
             ))
         return sid
 
+    def _recorded(self, sid: str, commit: str, verdict: str) -> bool:
+        """Whether this commit's outcome is already counted (a node re-run after a kill must not count twice)."""
+        skill = self.store.get(sid)
+        return bool(skill) and any(e.get("commit") == commit and e.get("verdict") == verdict for e in skill.evidence)
+
     def record_outcome(self, candidate: Candidate, report: BacktestReport, diagnosis: Diagnosis | None,
                        domain: str) -> None:
         """A backtest verdict: a rejection is a use without a win; a pass waits for its realized effect."""
         failure_mode = diagnosis.failure_mode if diagnosis else "unknown"
         sid = self._ensure(candidate, failure_mode, diagnosis.statement if diagnosis else "", domain)
-        if report.verdict == "reject":
+        if report.verdict == "reject" and not self._recorded(sid, candidate.sha, "reject"):
             self.store.record_use(sid, won=False, evidence={
                 "commit": candidate.sha, "branch": candidate.branch, "verdict": "reject",
                 "reasons": report.reasons[:3]})
@@ -60,5 +65,7 @@ class HeuristicLibrarian:
         candidate = Candidate.model_validate(promotion["candidate"])
         sid = self._ensure(candidate, promotion.get("failure_mode", "unknown"), promotion.get("statement", ""),
                            domain)
+        if self._recorded(sid, candidate.sha, "promote"):
+            return
         self.store.record_use(sid, won=bool(effect["won"]), evidence={
             "commit": candidate.sha, "branch": candidate.branch, "verdict": "promote", **effect})

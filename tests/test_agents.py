@@ -1,0 +1,130 @@
+"""The built-in agents on rollouts whose failure is known: each role's typed output is checked by hand.
+
+Diagnostician finds the failure with evidence (value, interval, example rollouts); Critic confirms strong and
+rejects thin evidence; Engineer turns a confirmed diagnosis into one single-variable commit on a candidate
+branch; every playbook edit keeps the harness's own tests passing in the sandbox; Librarian counts outcomes once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents import EngineerContext, PhaseEvidence
+from agents.critic import HeuristicCritic
+from agents.diagnostician import HeuristicDiagnostician
+from agents.engineer import HeuristicEngineer
+from agents.playbook import PLAYBOOK
+from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, EvalResult, PhaseResult
+from evotrainer.domains import get_domain
+from evotrainer.harness import HARNESS_FILES, HarnessRepo, read_knobs
+from evotrainer.rollouts import level_history
+from evotrainer.sandbox import run_selftest
+from tests.conftest import rollouts
+
+
+def _result(phase: int, accuracy: float) -> PhaseResult:
+    return PhaseResult(phase=phase, harness_sha="0" * 40, steps=10, eval=EvalResult(accuracy=accuracy, n=300),
+                       rollout_path="", checkpoint_path="", wall_time_s=1.0, tokens=100)
+
+
+def _evidence(rows: list[dict], repo: HarnessRepo, accuracies=(0.3,)) -> PhaseEvidence:
+    return PhaseEvidence(phase=len(accuracies), results=[_result(i + 1, a) for i, a in enumerate(accuracies)],
+                         rollouts=rows, phases_in_view=[len(accuracies)], registry={},
+                         knobs=read_knobs(repo.path), domain=get_domain("math"))
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> HarnessRepo:
+    return HarnessRepo.create(tmp_path / "harness", "math")
+
+
+def dead_rows() -> list[dict]:
+    """60 groups, 45 of them all-wrong (no reward spread): a dead-group problem beyond doubt."""
+    return rollouts([[("9", True), ("1", False)] * 4 if g % 4 == 0 else [("1", False)] * 8 for g in range(60)])
+
+
+def test_diagnostician_finds_dead_groups_with_evidence(repo):
+    found = {d.failure_mode: d for d in HeuristicDiagnostician().diagnose(_evidence(dead_rows(), repo))}
+    d = found["dead_groups"]
+    ev = d.evidence[0]
+    assert ev.value == pytest.approx(0.75) and ev.low < 0.75 < ev.high and ev.n == 60
+    assert d.layer == "signal" and d.rollout_ids and d.id
+    assert "75%" in d.statement
+
+
+def test_diagnostician_stays_quiet_on_a_healthy_phase(repo):
+    healthy = rollouts([[("9", True), ("1", False)] * 4 for _ in range(60)])
+    assert HeuristicDiagnostician().diagnose(_evidence(healthy, repo)) == []
+
+
+def test_diagnostician_flags_accuracy_regression(repo):
+    rows = rollouts([[("9", True), ("1", False)] * 4 for _ in range(60)])
+    found = {d.failure_mode for d in HeuristicDiagnostician().diagnose(_evidence(rows, repo, (0.40, 0.25)))}
+    assert "accuracy_regression" in found
+
+
+def test_critic_confirms_strong_and_rejects_thin_evidence(repo):
+    strong = HeuristicDiagnostician().diagnose(_evidence(dead_rows(), repo))
+    thin_rows = rollouts([[("1", False)] * 8 for _ in range(5)])
+    thin = HeuristicDiagnostician().diagnose(_evidence(thin_rows, repo))
+    thin = [d.model_copy(update={"id": d.id + "-thin"}) for d in thin]
+    out = HeuristicCritic().critique(strong + thin, _evidence(dead_rows(), repo), rounds_left=0)
+    status = {d.id: d.status for d in out.diagnoses}
+    assert all(status[d.id] == "confirmed" for d in strong if d.failure_mode == "dead_groups")
+    assert thin and all(status[d.id] == "rejected" for d in thin)
+    assert all(d.critique for d in out.diagnoses)
+
+
+def test_engineer_commits_one_single_variable_candidate_per_diagnosis(repo):
+    ev = _evidence(dead_rows(), repo)
+    diagnoses = HeuristicCritic().critique(HeuristicDiagnostician().diagnose(ev), ev, 0).diagnoses
+    main = repo.sha("main")
+    ctx = EngineerContext(phase=1, round=1, repo=repo, base_sha=main, knobs=ev.knobs, domain="math",
+                          level_stats=level_history(dead_rows()))
+    cands = HeuristicEngineer().propose(diagnoses, ctx, {})
+    assert cands and repo.sha("main") == main
+    for c in cands:
+        assert c.branch.startswith("candidates/phase-1-") and repo.sha(c.branch) == c.sha
+        assert len(c.files) == 1 and c.hypothesis.startswith("If ")
+        changed = repo.repo.git.diff("--name-only", main, c.sha).split()
+        assert changed == c.files
+        assert "Variable: " in repo.message(c.sha) and "Diagnosis: " in repo.message(c.sha)
+    # a second round does not repeat an intervention already tried
+    again = HeuristicEngineer().propose(diagnoses, EngineerContext(
+        phase=1, round=2, repo=repo, base_sha=main, knobs=ev.knobs, domain="math",
+        tried=[c.intervention for c in cands], level_stats=level_history(dead_rows())), {})
+    assert not {c.intervention for c in again} & {c.intervention for c in cands}
+
+
+@pytest.mark.parametrize("intervention", PLAYBOOK, ids=lambda i: i.name)
+def test_every_playbook_edit_keeps_the_harness_tests_passing(intervention, repo, tmp_path):
+    files = {name: repo.show_file("main", name) for name in HARNESS_FILES}
+    edits = intervention.edit(files, read_knobs(repo.path), {"level_stats": level_history(dead_rows())})
+    assert edits, f"{intervention.name} made no edit to the seed harness"
+    dest = repo.export("main", tmp_path / "edited")
+    for name, text in edits.items():
+        (dest / name).write_text(text)
+    read_knobs(dest)
+    result = run_selftest(dest)
+    assert result["n"] > 0 and not result["failed"], result["failed"]
+
+
+def test_librarian_counts_each_outcome_once(tmp_path):
+    from agents.librarian import HeuristicLibrarian
+
+    lib = HeuristicLibrarian(str(tmp_path / "skills"))
+    cand = Candidate(branch="candidates/phase-1-1", base_sha="a" * 40, sha="b" * 40, diagnosis_id="d1-1",
+                     intervention="raise_temperature", hypothesis="If ...", variable="harness.yaml:temperature",
+                     target_metric="dead_group_ratio", direction="down", expected="down", rollback="revert")
+    report = BacktestReport(branch=cand.branch, candidate_sha=cand.sha, base_sha=cand.base_sha,
+                            target_metric="dead_group_ratio", checks=[], noise_floor=0.0, verdict="reject",
+                            reasons=["pilot: no move"], runtime_s=1.0, rollouts=10, sandbox="process")
+    diag = Diagnosis(id="d1-1", layer="signal", failure_mode="dead_groups", statement="75% of groups are dead",
+                     severity=0.5, confidence=0.9)
+    lib.record_outcome(cand, report, diag, "math")
+    lib.record_outcome(cand, report, diag, "math")  # the librarian node re-run after a kill
+    skill = lib.store.get("dead_groups:raise_temperature")
+    assert (skill.uses, skill.wins) == (1, 0)
+    assert [s.id for s in lib.retrieve(diag, "math")] == ["dead_groups:raise_temperature"]
