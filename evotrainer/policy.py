@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -92,7 +93,10 @@ def warm_up(model, tokenizer, examples: list[tuple[str, str]], cfg: TinyPolicyCo
     probe = examples[:200]
     train = examples[200:]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.warmup_lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
+    # linear ramp over 50 steps, then cosine decay to a tenth: the late, small steps steady the probe accuracy
+    total = max(cfg.warmup_steps, 51)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 50) * (0.1 + 0.45 * (1 + math.cos(math.pi * min(s, total) / total))))
     eos = tokenizer.eos_token_id
     model.train()
     t0 = time.time()
@@ -130,7 +134,7 @@ def warm_up(model, tokenizer, examples: list[tuple[str, str]], cfg: TinyPolicyCo
 def _cache_key(cfg: Config, train_tasks: list[dict]) -> str:
     blob = json.dumps(
         {"tiny": cfg.policy.tiny.model_dump(), "seed": cfg.seed, "domain": cfg.domain,
-         "tasks": [t["id"] + t["answer"] for t in train_tasks[:2000]], "v": 1},
+         "tasks": [t["id"] + t["answer"] for t in train_tasks[:2000]], "v": 2},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -38,11 +38,14 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
     rd.events.emit("run_start", phases=cfg.phases)
     t0 = time.time()
     try:
+        t = time.time()
         base = rd.ensure_policy(log=reporter.info)
+        rd.events.emit("policy", base=base, seconds=round(time.time() - t, 2))
+        t = time.time()
         with connect(rd.root, cfg.trainer.url, cfg.trainer.start_timeout_s) as trainer:
             health = trainer.health()
             reporter.info(f"trainer service at {trainer.url} (pid {health['pid']}, {health['device']})")
-            rd.events.emit("trainer", url=trainer.url, **health)
+            rd.events.emit("trainer", url=trainer.url, seconds=round(time.time() - t, 2), **health)
             rt = Runtime(rd=rd, cfg=cfg, trainer=trainer, agents=build_agents(cfg, str(rd.skills_path(cfg))),
                          reporter=reporter, base_policy=base)
             with open_checkpointer(rd.state_db) as saver:

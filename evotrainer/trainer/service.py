@@ -41,6 +41,19 @@ class EvalRequest(BaseModel):
     device: str = "auto"
 
 
+# The heavy imports (torch, transformers, TRL: ~20 s on a small CPU) run in a background thread at start, while
+# the run process gets ready. Everything that touches them waits for that thread first: importing transformers
+# from two threads at once can see a half-initialised module ("cannot import name 'TrainerCallback'").
+_PRELOADED = threading.Event()
+
+
+def _preload() -> None:
+    try:
+        import trl.trainer.grpo_trainer  # noqa: F401
+    finally:
+        _PRELOADED.set()
+
+
 class _Jobs:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -54,8 +67,11 @@ class _Jobs:
 def create_app() -> FastAPI:
     app = FastAPI(title="EvoTrainer trainer service")
     jobs = _Jobs()
+    threading.Thread(target=_preload, name="preload", daemon=True).start()
 
     def device() -> str:
+        if not _PRELOADED.wait(20):
+            return "loading"
         try:
             import torch
 
@@ -85,6 +101,7 @@ def create_app() -> FastAPI:
 
         def work() -> None:
             try:
+                _PRELOADED.wait()
                 run = run_pilot if req.pilot else run_phase
                 result = run(req, progress=lambda p: job.__setitem__("progress", p))
                 job["result"] = result.model_dump(mode="json")
@@ -113,6 +130,7 @@ def create_app() -> FastAPI:
         from evotrainer.rundir import RunDir
         from evotrainer.trainer.grpo import _device, evaluate, load_policy
 
+        _PRELOADED.wait()
         dev = _device(req.device)
         model, tokenizer, _ = load_policy(req.checkpoint, dev, "auto", False, 0)
         model.to(dev)
@@ -143,8 +161,6 @@ def serve(host: str = "127.0.0.1", port: int = 8765, parent_pid: int | None = No
 
     if parent_pid:
         threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
-    # importing torch/transformers/TRL takes ~20 s on a small CPU: do it while the run process gets ready
-    threading.Thread(target=lambda: __import__("trl.trainer.grpo_trainer"), daemon=True).start()
     app = create_app()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

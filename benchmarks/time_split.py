@@ -1,0 +1,52 @@
+"""Where a run's wall time went: training, agents, backtest, other — read from its events.jsonl.
+
+    python benchmarks/time_split.py runs/demo
+
+Prints one line per phase and a total split. "training" is the train node (GRPO steps + held-out eval in the
+trainer service); "agents" is diagnose, critique, engineer and librarian; "backtest" is the backtest node
+(replays in the sandbox and pilot runs); "other" is everything else (policy build, trainer start, promotion,
+task generation at init is not counted). Figures are wall-clock seconds of the last uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+GROUPS = {"train": "training", "diagnose": "agents", "critique": "agents", "engineer": "agents",
+          "librarian": "agents", "backtest": "backtest", "promote": "other"}
+
+
+def split(run_dir: Path) -> dict:
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    starts = [i for i, e in enumerate(events) if e["kind"] == "run_start"]
+    events = events[starts[-1]:] if starts else events
+    end = next((e for e in events if e["kind"] == "run_done"), None)
+    total = (end["t"] if end else events[-1]["t"]) - events[0]["t"]
+    by_group: dict[str, float] = defaultdict(float)
+    by_phase: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for e in events:
+        if e["kind"] == "node":
+            g = GROUPS.get(e["node"], "other")
+            by_group[g] += e["seconds"]
+            by_phase[e["phase"]][g] += e["seconds"]
+        elif e["kind"] in ("policy", "trainer") and "seconds" in e:
+            by_group[f"start:{e['kind']}"] += e["seconds"]
+    accounted = sum(by_group.values())
+    by_group["other"] += max(total - accounted, 0.0)
+    return {"total_s": total, "split": dict(by_group), "phases": {p: dict(v) for p, v in by_phase.items()}}
+
+
+def main() -> None:
+    run_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/demo")
+    s = split(run_dir)
+    for phase, parts in sorted(s["phases"].items()):
+        print(f"phase {phase}: " + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(parts.items())))
+    print(f"total {s['total_s']:.1f} s: " + ", ".join(
+        f"{k} {v:.1f} s ({v / s['total_s']:.0%})" for k, v in sorted(s["split"].items())))
+
+
+if __name__ == "__main__":
+    main()
