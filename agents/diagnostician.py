@@ -159,50 +159,42 @@ class HeuristicDiagnostician:
         )
 
     # behavior -------------------------------------------------------------------------------------------------
-    def _format(self, ev: PhaseEvidence) -> Diagnosis | None:
-        th = THRESHOLDS["format_failure_rate"]
-        bad = [r for r in ev.rollouts if ev.domain.extract_answer(r["completion"]) is None]
-        e = rate_evidence("format_failure_rate", len(bad), len(ev.rollouts), threshold=th)
+    @staticmethod
+    def _rate_above(metric: str, threshold: str, hits: list[dict], population: list[dict], layer: str,
+                    failure_mode: str, statement, span: float = 0.5) -> Diagnosis | None:
+        """A behavior rule: the share of ``population`` in ``hits`` is above its threshold, with an interval."""
+        th = THRESHOLDS[threshold]
+        if not population:
+            return None
+        e = rate_evidence(metric, len(hits), len(population), threshold=th)
         if e.value <= th:
             return None
-        return Diagnosis(
-            id="", layer="behavior", failure_mode="format_failures",
-            statement=f"{e.value:.0%} of completions give no answer in the expected format (e.g. "
-                      f"{bad[0]['completion'][:20]!r}).",
-            evidence=[e], rollout_ids=_examples(bad), severity=_severity(e.value, th, 0.5),
-            confidence=_confidence(e, "above"),
-        )
+        return Diagnosis(id="", layer=layer, failure_mode=failure_mode, statement=statement(e), evidence=[e],
+                         rollout_ids=_examples(hits), severity=_severity(e.value, th, span),
+                         confidence=_confidence(e, "above"))
+
+    def _format(self, ev: PhaseEvidence) -> Diagnosis | None:
+        bad = [r for r in ev.rollouts if ev.domain.extract_answer(r["completion"]) is None]
+        return self._rate_above(
+            "format_failure_rate", "format_failure_rate", bad, ev.rollouts, "behavior", "format_failures",
+            lambda e: f"{e.value:.0%} of completions give no answer in the expected format (e.g. "
+                      f"{bad[0]['completion'][:20]!r}).")
 
     def _truncation(self, ev: PhaseEvidence) -> Diagnosis | None:
-        th = THRESHOLDS["truncation_rate"]
         cut = [r for r in ev.rollouts if r["truncated"]]
-        e = rate_evidence("truncation_rate", len(cut), len(ev.rollouts), threshold=th)
-        if e.value <= th:
-            return None
-        return Diagnosis(
-            id="", layer="behavior", failure_mode="truncation",
-            statement=f"{e.value:.0%} of completions hit max_completion_length "
-                      f"({ev.knobs.max_completion_length}) without ending.",
-            evidence=[e], rollout_ids=_examples(cut), severity=_severity(e.value, th, 0.5),
-            confidence=_confidence(e, "above"),
-        )
+        return self._rate_above(
+            "truncation_rate", "truncation_rate", cut, ev.rollouts, "behavior", "truncation",
+            lambda e: f"{e.value:.0%} of completions hit max_completion_length "
+                      f"({ev.knobs.max_completion_length}) without ending.")
 
     def _correct_truncated(self, ev: PhaseEvidence) -> Diagnosis | None:
-        th = THRESHOLDS["correct_truncated_rate"]
         correct = [r for r in ev.rollouts if r["verified"]]
         cut = [r for r in correct if r["truncated"]]
-        if not correct:
-            return None
-        e = rate_evidence("correct_but_truncated_rate", len(cut), len(correct), threshold=th)
-        if e.value <= th:
-            return None
-        return Diagnosis(
-            id="", layer="behavior", failure_mode="correct_but_truncated",
-            statement=f"{len(cut)} verified-correct completions ({e.value:.0%} of correct ones) were cut at the "
-                      f"length budget: right answers that masking or penalties would punish.",
-            evidence=[e], rollout_ids=_examples(cut), severity=_severity(e.value, th, 0.4),
-            confidence=_confidence(e, "above"),
-        )
+        return self._rate_above(
+            "correct_but_truncated_rate", "correct_truncated_rate", cut, correct, "behavior",
+            "correct_but_truncated",
+            lambda e: f"{len(cut)} verified-correct completions ({e.value:.0%} of correct ones) were cut at the "
+                      f"length budget: right answers that masking or penalties would punish.", span=0.4)
 
     def _disagreement(self, ev: PhaseEvidence) -> Diagnosis | None:
         th = THRESHOLDS["disagreement_rate"]

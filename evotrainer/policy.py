@@ -14,6 +14,7 @@ Run ``python -m evotrainer.policy RUN_DIR`` to build a run's tiny policy by hand
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -85,7 +86,8 @@ def greedy_accuracy(model, tokenizer, prompts: list[str], answers: list[str], ma
     return sum(t.split("\n", 1)[0].strip() == a for t, a in zip(texts, answers)) / max(len(answers), 1)
 
 
-def warm_up(model, tokenizer, examples: list[tuple[str, str]], cfg: TinyPolicyConfig, seed: int, log=print) -> dict:
+def warm_up(model, tokenizer, examples: list[tuple[str, str]], cfg: TinyPolicyConfig, seed: int, log=print,
+            tick=lambda step, total: None) -> dict:
     """Supervised warm-up on (prompt, answer) pairs until a held-back probe reaches the target accuracy."""
     import torch
 
@@ -122,9 +124,11 @@ def warm_up(model, tokenizer, examples: list[tuple[str, str]], cfg: TinyPolicyCo
         opt.step()
         sched.step()
         opt.zero_grad()
+        tick(step, cfg.warmup_steps)
         if step % 50 == 0:
             acc = greedy_accuracy(model, tokenizer, [p for p, _ in probe], [a for _, a in probe])
-            log(f"warm-up step {step}: loss {loss.item():.3f}, probe accuracy {acc:.1%}")
+            if step % 200 == 0:
+                log(f"warm-up step {step}: loss {loss.item():.3f}, probe accuracy {acc:.1%}")
             if acc >= cfg.warmup_target_accuracy:
                 break
     model.eval()
@@ -140,8 +144,12 @@ def _cache_key(cfg: Config, train_tasks: list[dict]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def ensure_base_policy(cfg: Config, run_dir: Path, train_tasks: list[dict], canonical_prompt, log=print) -> str:
-    """Return what the first phase starts from: a model id/path, or ``RUN_DIR/policy/base`` for the tiny policy."""
+def ensure_base_policy(cfg: Config, run_dir: Path, train_tasks: list[dict], canonical_prompt, log=print,
+                       progress=None) -> str:
+    """Return what the first phase starts from: a model id/path, or ``RUN_DIR/policy/base`` for the tiny policy.
+
+    ``progress(label, total)``, when given, is a context manager yielding ``update(step=, total=)`` (a bar).
+    """
     if cfg.policy.model != "tiny":
         return cfg.policy.model
     target = run_dir / "policy" / "base"
@@ -162,8 +170,12 @@ def ensure_base_policy(cfg: Config, run_dir: Path, train_tasks: list[dict], cano
         rng = random.Random(cfg.seed)
         tasks = list(train_tasks)
         rng.shuffle(tasks)
-        stats = warm_up(model, tokenizer, [(canonical_prompt(t), t["answer"]) for t in tasks], cfg.policy.tiny,
-                        cfg.seed, log=log)
+        examples = [(canonical_prompt(t), t["answer"]) for t in tasks]
+        bar = progress("warming up the tiny policy", cfg.policy.tiny.warmup_steps) if progress else \
+            contextlib.nullcontext(lambda **_: None)
+        with bar as update:
+            stats = warm_up(model, tokenizer, examples, cfg.policy.tiny, cfg.seed, log=log,
+                            tick=lambda step, total: update(step=step, total=total))
         tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

@@ -39,7 +39,7 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
     t0 = time.time()
     try:
         t = time.time()
-        base = rd.ensure_policy(log=reporter.info)
+        base = rd.ensure_policy(log=reporter.info, progress=reporter.progress)
         rd.events.emit("policy", base=base, seconds=round(time.time() - t, 2))
         t = time.time()
         with connect(rd.root, cfg.trainer.url, cfg.trainer.start_timeout_s) as trainer:

@@ -107,12 +107,13 @@ class RunDir:
     def eval_tasks(self) -> list[dict]:
         return read_jsonl(self.eval_split)
 
-    def ensure_policy(self, log=print) -> str:
+    def ensure_policy(self, log=print, progress=None) -> str:
         from evotrainer.policy import ensure_base_policy
 
         cfg = self.load_config()
         domain = get_domain(cfg.domain)
-        return ensure_base_policy(cfg, self.root, self.train_tasks(), domain.canonical_prompt, log=log)
+        return ensure_base_policy(cfg, self.root, self.train_tasks(), domain.canonical_prompt, log=log,
+                                  progress=progress)
 
     # status ---------------------------------------------------------------------------------------------------
     def set_status(self, state: str, **fields) -> None:

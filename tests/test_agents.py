@@ -59,6 +59,14 @@ def test_diagnostician_stays_quiet_on_a_healthy_phase(repo):
     assert HeuristicDiagnostician().diagnose(_evidence(healthy, repo)) == []
 
 
+def test_diagnostician_flags_truncation_and_format_failures(repo):
+    rows = rollouts([[("9", True), ("1+1+", False)] * 4 for _ in range(60)], truncated=True)
+    found = {d.failure_mode: d for d in HeuristicDiagnostician().diagnose(_evidence(rows, repo))}
+    assert found["truncation"].evidence[0].value == 1.0
+    assert found["format_failures"].evidence[0].value == pytest.approx(0.5)
+    assert found["correct_but_truncated"].rollout_ids
+
+
 def test_diagnostician_flags_accuracy_regression(repo):
     rows = rollouts([[("9", True), ("1", False)] * 4 for _ in range(60)])
     found = {d.failure_mode for d in HeuristicDiagnostician().diagnose(_evidence(rows, repo, (0.40, 0.25)))}
