@@ -304,7 +304,8 @@ def build_graph(rt: Runtime, checkpointer):
             lib.record_effect(promo, effect, rt.cfg.domain)
             rt.emit("realized_effect", phase=phase, branch=promo["branch"], **effect)
             effects.append({"branch": promo["branch"], **effect})
-        summary = _summary(state, effects, list(cands.values()))
+        held = {e["branch"]: e["reason"] for e in rt.rd.events.read("not_promoted") if e.get("phase") == phase}
+        summary = _summary(state, effects, list(cands.values()), held)
         rt.reporter.phase_summary(summary)
         rt.emit("phase_summary", **summary)
         rt.rd.set_status("running", phase=phase, node="librarian",
@@ -423,7 +424,7 @@ def realized_effect(rt: Runtime, promo: dict, results: list[PhaseResult]) -> dic
             "accuracy_margin": 1.96 * se, "won": won, "summary": summary, "measured_in_phase": after_phase}
 
 
-def _summary(state: RunState, effects: list[dict], candidates: list[Candidate]) -> dict:
+def _summary(state: RunState, effects: list[dict], candidates: list[Candidate], held: dict[str, str]) -> dict:
     results = _results(state)
     cur = results[-1]
     prev = results[-2].eval.accuracy if len(results) > 1 else None
@@ -433,7 +434,8 @@ def _summary(state: RunState, effects: list[dict], candidates: list[Candidate]) 
     cands = []
     for r in state.get("reports", []):
         c = by_branch.get(r["branch"])
-        cands.append({"branch": r["branch"], "verdict": r["verdict"], "reasons": r["reasons"],
+        verdict = r["verdict"] if r["branch"] not in held else f"passed, not promoted ({held[r['branch']]})"
+        cands.append({"branch": r["branch"], "verdict": verdict, "reasons": r["reasons"],
                       "variable": c.variable if c else "", "intervention": c.intervention if c else ""})
     return {
         "phase": state["phase"], "accuracy": cur.eval.accuracy, "previous_accuracy": prev, "eval_n": cur.eval.n,
