@@ -419,7 +419,8 @@ def realized_effect(rt: Runtime, promo: dict, results: list[PhaseResult]) -> dic
     lo, hi = wilson(a1 * after.eval.n, after.eval.n)
     summary = (f"{metric} {m0:.3f} -> {m1:.3f} ({'as promised' if moved and moved > 0 else 'not as promised'}); "
                f"accuracy {a0:.1%} -> {a1:.1%} (95% CI {lo:.1%}-{hi:.1%}); "
-               f"{'win' if won else 'no win'}") if m0 is not None and m1 is not None else "metric not measurable"
+               f"{'win' if won else 'no win'}{' (the accuracy drop is within noise)' if won and a1 < a0 else ''}"
+               ) if m0 is not None and m1 is not None else "metric not measurable"
     return {"metric": metric, "before": m0, "after": m1, "accuracy_before": a0, "accuracy_after": a1,
             "accuracy_margin": 1.96 * se, "won": won, "summary": summary, "measured_in_phase": after_phase}
 
