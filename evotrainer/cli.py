@@ -148,7 +148,7 @@ def log(run_dir: Path, json_: bool = typer.Option(False, "--json", help="machine
 @app.command()
 def show(run_dir: Path, ref: str):
     """One commit (candidate branch, tag, sha): its message, diff and backtest report."""
-    from evotrainer.history import dumps, show as show_ref
+    from evotrainer.history import show as show_ref
 
     try:
         data = show_ref(RunDir(run_dir), ref)
@@ -171,7 +171,7 @@ def show(run_dir: Path, ref: str):
     if data["effect"]:
         console.print(f"[bold]realized effect[/bold]: {data['effect']['summary']}", highlight=False)
     if not data["backtest"] and not data["effect"]:
-        console.print(dumps({"backtest": None}))
+        console.print("no backtest report: this commit is neither a candidate nor a promotion")
 
 
 @trainer_app.command("serve")
