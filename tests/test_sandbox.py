@@ -1,7 +1,8 @@
 """The harness sandbox: untrusted harness code runs in a separate, limited process and fails readably.
 
 Every test runs a copy of the seed math harness (harness_repo/math) through a real ``HarnessWorker``; the
-core behaviours run on both the strongest backend of this machine and the plain ``process`` fallback.
+core behaviours run on every backend this machine has (bubblewrap and unshare where they work, Docker where a
+daemon and the image are there, and the plain ``process`` fallback always), and isolation on each isolating one.
 """
 
 from __future__ import annotations
@@ -22,8 +23,17 @@ from evotrainer.sandbox import (HarnessError, HarnessWorker, SandboxLimits, choo
 
 SEED = Path(__file__).resolve().parents[1] / "harness_repo" / "math"
 TASK = {"id": "t1", "difficulty": "1", "question": "What is 4 + 5?", "expression": "4 + 5", "answer": "9"}
-AUTO = choose_backend("auto")
-BACKENDS = sorted({AUTO, "process"}, key=["docker", "bwrap", "unshare", "process"].index)
+
+
+def _available(name: str) -> bool:
+    try:
+        return choose_backend(name) == name
+    except RuntimeError:
+        return False
+
+
+BACKENDS = [name for name in ("docker", "bwrap", "unshare", "process") if _available(name)]
+ISOLATING = [name for name in BACKENDS if name != "process"]
 
 
 def sample(completion: str, truncated: bool = False) -> dict:
@@ -206,9 +216,9 @@ def test_secret_environment_variables_do_not_reach_harness_code(
         assert worker.score([sample("9")]) == [{"leaked": 0.0}]
 
 
-def test_hidden_paths_and_network_are_out_of_reach(harness: Path, tmp_path: Path) -> None:
-    if AUTO == "process":
-        pytest.skip("the plain process backend has no filesystem or network isolation on this machine")
+@pytest.mark.parametrize("backend", ISOLATING or [pytest.param("none", marks=pytest.mark.skip(
+    reason="no isolating backend (docker, bwrap, unshare) works on this machine"))])
+def test_hidden_paths_and_network_are_out_of_reach(harness: Path, tmp_path: Path, backend: str) -> None:
     evaluator = tmp_path / "evaluator"
     evaluator.mkdir()
     (evaluator / "eval_split.jsonl").write_text('{"answer": "42"}\n')
@@ -243,9 +253,9 @@ def test_hidden_paths_and_network_are_out_of_reach(harness: Path, tmp_path: Path
         COMPONENTS = {{"eval_visible": eval_visible, "key_visible": key_visible, "network": network}}
     """)
     try:
-        with HarnessWorker(harness, hide=[evaluator, secret_file]) as worker:
+        with HarnessWorker(harness, backend=backend, hide=[evaluator, secret_file]) as worker:
             assert worker.score([sample("9")]) == [{"eval_visible": 0.0, "key_visible": 0.0, "network": 0.0}]
-        assert describe_backend(worker.backend).startswith(worker.backend)
+        assert worker.backend == backend and describe_backend(backend).startswith(backend)
         assert (evaluator / "eval_split.jsonl").exists()  # hidden from the harness, untouched for us
     finally:
         server.close()
