@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from evotrainer.config import Config
-from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, PhaseResult, Skill
+from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, EvalResult, PhaseResult, Skill
 from evotrainer.domains.base import Domain
 from evotrainer.harness import HarnessRepo, Knobs
 
@@ -34,6 +34,7 @@ class PhaseEvidence:
     knobs: Knobs
     domain: Domain
     last_promotion: dict[str, Any] | None = None
+    baseline: EvalResult | None = None  # held-out result of the starting policy, before any training
 
     @property
     def current(self) -> PhaseResult:

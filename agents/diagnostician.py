@@ -3,7 +3,7 @@
 The built-in (heuristic) Diagnostician computes a health report in four layers and turns each rule that fires
 into a Diagnosis carrying its figures with 95% intervals and example rollout ids:
 
-    score     held-out accuracy against the previous and the best phase (two-proportion interval)
+    score     held-out accuracy against the best earlier phase or the starting policy (two-proportion interval)
     signal    dead-group ratio, dead groups that still train, kept fraction
     behavior  format failures, truncation, verified-correct-but-truncated, reward/verified disagreement,
               completion-length trend
@@ -66,22 +66,25 @@ class HeuristicDiagnostician:
 
     # score ----------------------------------------------------------------------------------------------------
     def _score(self, ev: PhaseEvidence) -> Diagnosis | None:
-        if len(ev.results) < 2:
+        earlier = [(f"phase {r.phase}", r.eval) for r in ev.results[:-1]]
+        if ev.baseline is not None:
+            earlier.append(("the starting policy", ev.baseline))
+        if not earlier:
             return None
         cur = ev.current.eval
-        best = max(ev.results[:-1], key=lambda r: r.eval.accuracy)
-        drop = best.eval.accuracy - cur.accuracy
+        where, best = max(earlier, key=lambda e: e[1].accuracy)
+        drop = best.accuracy - cur.accuracy
         se = math.sqrt(cur.accuracy * (1 - cur.accuracy) / max(cur.n, 1)
-                       + best.eval.accuracy * (1 - best.eval.accuracy) / max(best.eval.n, 1))
+                       + best.accuracy * (1 - best.accuracy) / max(best.n, 1))
         if drop <= 1.96 * se or drop <= 0:
             return None
         lo, hi = wilson(cur.accuracy * cur.n, cur.n)
         return Diagnosis(
             id="", layer="score", failure_mode="accuracy_regression",
-            statement=f"Held-out accuracy fell to {cur.accuracy:.1%} from {best.eval.accuracy:.1%} "
-                      f"(phase {best.phase}), beyond the {1.96 * se:.1%} sampling margin.",
+            statement=f"Held-out accuracy fell to {cur.accuracy:.1%} from {best.accuracy:.1%} "
+                      f"({where}), beyond the {1.96 * se:.1%} sampling margin.",
             evidence=[MetricEvidence(name="eval_accuracy", value=cur.accuracy, low=lo, high=hi, n=cur.n,
-                                     threshold=best.eval.accuracy - 1.96 * se)],
+                                     threshold=best.accuracy - 1.96 * se)],
             severity=min(1.0, 0.5 + drop * 5), confidence=0.9,
         )
 

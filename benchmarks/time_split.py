@@ -4,8 +4,9 @@
 
 Prints one line per phase and a total split. "training" is the train node (GRPO steps + held-out eval in the
 trainer service); "agents" is diagnose, critique, engineer and librarian; "backtest" is the backtest node
-(replays in the sandbox and pilot runs); "other" is everything else (policy build, trainer start, promotion,
-task generation at init is not counted). Figures are wall-clock seconds of the last uninterrupted run.
+(replays in the sandbox and pilot runs); "start:*" are the policy build, the trainer service's start and the
+starting policy's held-out eval; "other" is everything else (promotion, process start; task generation at init
+is not counted). Figures are wall-clock seconds of the last uninterrupted run.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def split(run_dir: Path) -> dict:
             g = GROUPS.get(e["node"], "other")
             by_group[g] += e["seconds"]
             by_phase[e["phase"]][g] += e["seconds"]
-        elif e["kind"] in ("policy", "trainer") and "seconds" in e:
+        elif e["kind"] in ("policy", "trainer", "baseline") and "seconds" in e:
             by_group[f"start:{e['kind']}"] += e["seconds"]
     accounted = sum(by_group.values())
     by_group["other"] += max(total - accounted, 0.0)

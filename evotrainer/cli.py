@@ -98,7 +98,8 @@ def _print_status(rd: RunDir) -> None:
     from evotrainer.history import status as status_of
 
     s = status_of(rd)
-    acc = ", ".join(f"{p}: {a:.1%}" for p, a in s["accuracy"].items()) or "-"
+    start = [f"start: {s['baseline_accuracy']:.1%}"] if s.get("baseline_accuracy") is not None else []
+    acc = ", ".join(start + [f"{p}: {a:.1%}" for p, a in s["accuracy"].items()]) or "-"
     console.print(f"{s['name']}: {s['state']} at phase {s['phase']}/{s['phases']}; held-out accuracy {acc}; "
                   f"{s['promoted']} of {s['candidates']} candidates promoted", highlight=False)
     if s.get("detail"):
@@ -107,7 +108,7 @@ def _print_status(rd: RunDir) -> None:
 
 @app.command()
 def status(run_dir: Path, json_: bool = typer.Option(False, "--json", help="machine-readable")):
-    """State of a run: running, paused, done or failed; phase reached; held-out accuracy per phase."""
+    """State of a run: running, paused, done or failed; phase reached; held-out accuracy per phase (and at start)."""
     from evotrainer.history import dumps, status as status_of
 
     try:

@@ -47,7 +47,7 @@ class Reporter:
         c = self.console
         acc = s["accuracy"]
         prev = s.get("previous_accuracy")
-        delta = f" ({acc - prev:+.1%} vs previous)" if prev is not None else ""
+        delta = f" ({acc - prev:+.1%} vs {s.get('previous_label', 'previous')})" if prev is not None else ""
         c.rule(f"[bold]phase {s['phase']}[/bold]  held-out accuracy {acc:.1%}{delta}  (n={s['eval_n']})")
         c.print(f"trained on main@{s['harness_sha'][:8]} in {s['train_s']:.0f} s: reward {s['reward_mean']:.3f}, "
                 f"dead groups {s['dead_group_ratio']:.0%}, kept {s['kept_fraction']:.0%}, "

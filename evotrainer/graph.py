@@ -30,7 +30,7 @@ from agents.playbook import BY_NAME
 from evotrainer.backtest import METRICS, pilot_check, run_backtest
 from evotrainer.config import Config
 from evotrainer.console import Reporter
-from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, PhaseResult
+from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, EvalResult, PhaseResult
 from evotrainer.domains import get_domain
 from evotrainer.harness import HarnessRepo, read_knobs
 from evotrainer.metrics import bootstrap_groups, stdev, wilson
@@ -66,6 +66,7 @@ class Runtime:
     agents: Agents
     reporter: Reporter
     base_policy: str
+    baseline: EvalResult | None = None  # held-out result of the starting policy ("phase 0")
     _cache: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -122,7 +123,8 @@ def _evidence(rt: Runtime, state: RunState) -> PhaseEvidence:
     if promos:
         last = {"branch": promos[-1]["branch"], "intervention": promos[-1]["candidate"]["intervention"]}
     return PhaseEvidence(phase=phase, results=_results(state), rollouts=rollouts, phases_in_view=in_view,
-                         registry=registry, knobs=knobs, domain=get_domain(rt.cfg.domain), last_promotion=last)
+                         registry=registry, knobs=knobs, domain=get_domain(rt.cfg.domain), last_promotion=last,
+                         baseline=rt.baseline)
 
 
 def read_knobs_at(rt: Runtime, sha: str):
@@ -305,7 +307,7 @@ def build_graph(rt: Runtime, checkpointer):
             rt.emit("realized_effect", phase=phase, branch=promo["branch"], **effect)
             effects.append({"branch": promo["branch"], **effect})
         held = {e["branch"]: e["reason"] for e in rt.rd.events.read("not_promoted") if e.get("phase") == phase}
-        summary = _summary(state, effects, list(cands.values()), held)
+        summary = _summary(state, effects, list(cands.values()), held, rt.baseline)
         rt.reporter.phase_summary(summary)
         rt.emit("phase_summary", **summary)
         rt.rd.set_status("running", phase=phase, node="librarian",
@@ -425,10 +427,11 @@ def realized_effect(rt: Runtime, promo: dict, results: list[PhaseResult]) -> dic
             "accuracy_margin": 1.96 * se, "won": won, "summary": summary, "measured_in_phase": after_phase}
 
 
-def _summary(state: RunState, effects: list[dict], candidates: list[Candidate], held: dict[str, str]) -> dict:
+def _summary(state: RunState, effects: list[dict], candidates: list[Candidate], held: dict[str, str],
+             baseline: EvalResult | None) -> dict:
     results = _results(state)
     cur = results[-1]
-    prev = results[-2].eval.accuracy if len(results) > 1 else None
+    prev = results[-2].eval.accuracy if len(results) > 1 else (baseline.accuracy if baseline else None)
     promoted = [{"branch": p["branch"], "main_sha": p["main_sha"], "hypothesis": p["candidate"]["hypothesis"]}
                 for p in state.get("promotions", []) if p["phase"] == state["phase"]]
     by_branch = {c.branch: c for c in candidates}
@@ -440,6 +443,7 @@ def _summary(state: RunState, effects: list[dict], candidates: list[Candidate], 
                       "variable": c.variable if c else "", "intervention": c.intervention if c else ""})
     return {
         "phase": state["phase"], "accuracy": cur.eval.accuracy, "previous_accuracy": prev, "eval_n": cur.eval.n,
+        "previous_label": "previous" if len(results) > 1 else "start",
         "by_difficulty": cur.eval.by_difficulty, "harness_sha": cur.harness_sha, "train_s": cur.wall_time_s,
         "reward_mean": cur.train.get("reward_mean", 0.0), "dead_group_ratio": cur.train.get("dead_group_ratio", 0.0),
         "kept_fraction": cur.train.get("kept_fraction", 0.0), "truncation_rate": cur.train.get("truncation_rate", 0.0),

@@ -1,7 +1,7 @@
 """Reading a run back: its status, and the harness history of promoted and rejected candidates.
 
 Everything here is derived from what the run left on disk: ``status.json``, the phase results in
-``checkpoints/phase-NNNN/result.json``, and the harness repo itself (candidate branches, their commit
+``checkpoints/phase-NNNN/result.json``, the starting policy's in ``baseline.json``, and the harness repo itself (candidate branches, their commit
 trailers, the ``backtest`` and ``effect`` git notes, whether ``main`` contains them). So ``evotrainer log`` and
 ``evotrainer show`` tell the same story as ``git log`` inside ``RUN_DIR/harness``.
 """
@@ -32,6 +32,7 @@ def status(rd: RunDir) -> dict:
     results = phase_results(rd)
     repo = HarnessRepo(rd.harness)
     promoted = [b for b in repo.branches() if repo.is_merged(b)]
+    baseline = rd.baseline()
     return {
         "run": str(rd.root),
         "name": cfg.name,
@@ -40,6 +41,7 @@ def status(rd: RunDir) -> dict:
         "node": st.get("node"),
         "phase": len(results),
         "phases": cfg.phases,
+        "baseline_accuracy": baseline.accuracy if baseline else None,
         "accuracy": {r.phase: r.eval.accuracy for r in results},
         "eval_n": results[-1].eval.n if results else 0,
         "main": repo.sha("main"),

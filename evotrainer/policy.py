@@ -7,7 +7,9 @@ competent policy. Nothing is downloaded. The result is cached by a hash of its s
 ``$EVOTRAINER_CACHE`` (default ``~/.cache/evotrainer``) and copied into ``RUN_DIR/policy/base``.
 
 Any other ``policy.model`` is a Hugging Face id or a local path: the trainer service loads it with transformers,
-exactly as a user of TRL would.
+exactly as a user of TRL would. A value that names a local path must hold a checkpoint (``config.json``); it is
+made absolute at ``evotrainer init``, so the run works from any directory. A mistyped path fails at start with one
+line instead of reaching the hub as an id.
 
 Run ``python -m evotrainer.policy RUN_DIR`` to build a run's tiny policy by hand.
 """
@@ -25,7 +27,7 @@ import string
 import time
 from pathlib import Path
 
-from evotrainer.config import Config, TinyPolicyConfig
+from evotrainer.config import Config, ConfigError, TinyPolicyConfig
 
 SPECIAL = ["<pad>", "<eos>", "<unk>"]
 CHARS = [c for c in string.printable if c not in "\x0b\x0c\r\t"]
@@ -144,6 +146,25 @@ def _cache_key(cfg: Config, train_tasks: list[dict]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def resolve_model(model: str) -> str:
+    """``policy.model`` as the trainer should load it: an absolute checkpoint folder, a Hugging Face id, or tiny.
+
+    Raises ConfigError when the value names a local path that is missing or holds no checkpoint.
+    """
+    if model == "tiny":
+        return model
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"policy.model: {model}: this folder holds no config.json (not a transformers "
+                              f"checkpoint)")
+        return str(path.resolve())
+    if path.exists() or model.startswith((".", "/", "~")) or model.count("/") > 1:
+        raise ConfigError(f"policy.model: {model}: no such folder (give a local checkpoint folder, a Hugging Face "
+                          f"id such as Qwen/Qwen2.5-0.5B-Instruct, or tiny)")
+    return model
+
+
 def ensure_base_policy(cfg: Config, run_dir: Path, train_tasks: list[dict], canonical_prompt, log=print,
                        progress=None) -> str:
     """Return what the first phase starts from: a model id/path, or ``RUN_DIR/policy/base`` for the tiny policy.
@@ -151,7 +172,7 @@ def ensure_base_policy(cfg: Config, run_dir: Path, train_tasks: list[dict], cano
     ``progress(label, total)``, when given, is a context manager yielding ``update(step=, total=)`` (a bar).
     """
     if cfg.policy.model != "tiny":
-        return cfg.policy.model
+        return resolve_model(cfg.policy.model)
     target = run_dir / "policy" / "base"
     if (target / "config.json").exists():
         return str(target)

@@ -1,7 +1,8 @@
 """Running a run directory: start (or resume) the co-evolution loop until its phase budget is spent.
 
 ``run(RUN_DIR)`` makes sure the starting policy exists, connects to the trainer service (starting a local
-one when the config names no URL), and drives the LangGraph loop from its SQLite checkpoint: a fresh run
+one when the config names no URL), measures the starting policy's held-out accuracy once (the "phase 0" every
+later phase is compared with), and drives the LangGraph loop from its SQLite checkpoint: a fresh run
 starts at ``train``, a killed one resumes at the node it was in, a finished one whose budget was raised
 trains on. The run's state (running, paused, done, failed) is kept in ``status.json`` for ``evotrainer status``.
 Only one process may drive a run directory at a time.
@@ -46,8 +47,9 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
             health = trainer.health()
             reporter.info(f"trainer service at {trainer.url} (pid {health['pid']}, {health['device']})")
             rd.events.emit("trainer", url=trainer.url, seconds=round(time.time() - t, 2), **health)
+            baseline = _baseline(rd, cfg, trainer, base, reporter)
             rt = Runtime(rd=rd, cfg=cfg, trainer=trainer, agents=build_agents(cfg, str(rd.skills_path(cfg))),
-                         reporter=reporter, base_policy=base)
+                         reporter=reporter, base_policy=base, baseline=baseline)
             with open_checkpointer(rd.state_db) as saver:
                 graph = build_graph(rt, saver)
                 snap = graph.get_state(THREAD)
@@ -72,3 +74,20 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
                   wall_time_s=round(time.time() - t0, 1))
     rd.events.emit("run_done", phase=values.get("phase", 0), wall_time_s=round(time.time() - t0, 1))
     return values
+
+
+def _baseline(rd: RunDir, cfg, trainer, base: str, reporter: Reporter):
+    """The starting policy's held-out result: measured by the trainer service once, then read from disk."""
+    result = rd.baseline(base)
+    if result is None:
+        t = time.time()
+        with reporter.progress("evaluating the starting policy on the held-out split"):
+            result = trainer.evaluate(str(rd.root), base, cfg.domain, cfg.training.eval_max_new_tokens,
+                                      device=cfg.policy.device, dtype=cfg.policy.dtype,
+                                      timeout_s=cfg.trainer.phase_timeout_s)
+        rd.save_baseline(base, result)
+        rd.events.emit("baseline", checkpoint=base, accuracy=result.accuracy, n=result.n,
+                       by_difficulty=result.by_difficulty, seconds=round(time.time() - t, 2))
+    reporter.info(f"starting policy: held-out accuracy {result.accuracy:.1%} (n={result.n}; by level "
+                  + ", ".join(f"{k}: {v:.0%}" for k, v in result.by_difficulty.items()) + ")")
+    return result

@@ -6,6 +6,7 @@
       evaluator/             frozen eval split + verifier settings (never visible to harness code)
       tasks/train.jsonl      training pool the harness samples from
       policy/base/           starting checkpoint (the tiny policy, when policy.model is tiny)
+      baseline.json          held-out accuracy of the starting checkpoint ("phase 0"), measured once
       rollouts/phase-NNNN.parquet
       checkpoints/phase-NNNN/ model + result.json (PhaseResult)
       state.sqlite           LangGraph checkpoints (resume after a kill)
@@ -13,7 +14,6 @@
       events.jsonl           audit trail
       status.json            what the run is doing now (state, phase, pid)
       trainer.json           the local trainer service (url, pid) while one runs
-      report.html
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from evotrainer import config as config_mod
 from evotrainer.config import Config, ConfigError
+from evotrainer.contracts import EvalResult
 from evotrainer.domains import get_domain
 from evotrainer.domains.base import read_jsonl, write_jsonl
 from evotrainer.events import EventLog
@@ -50,7 +51,7 @@ class RunDir:
     events_path = property(lambda self: self.root / "events.jsonl")
     status_path = property(lambda self: self.root / "status.json")
     trainer_path = property(lambda self: self.root / "trainer.json")
-    report_path = property(lambda self: self.root / "report.html")
+    baseline_path = property(lambda self: self.root / "baseline.json")
     policy_base = property(lambda self: self.root / "policy" / "base")
     scratch = property(lambda self: self.root / "tmp")
 
@@ -82,8 +83,12 @@ class RunDir:
     def init(self, cfg: Config, log=print) -> None:
         from evotrainer.harness import HarnessRepo
 
+        from evotrainer.policy import resolve_model
+
         if self.root.exists() and any(self.root.iterdir()):
             raise RunDirError(f"{self.root}: already exists and is not empty (choose a new directory)")
+        cfg = cfg.model_copy(deep=True)
+        cfg.policy.model = resolve_model(cfg.policy.model)  # a local folder is kept as an absolute path
         self.root.mkdir(parents=True, exist_ok=True)
         for d in (self.rollouts, self.checkpoints, self.evaluator, self.scratch):
             d.mkdir(parents=True, exist_ok=True)
@@ -114,6 +119,21 @@ class RunDir:
         domain = get_domain(cfg.domain)
         return ensure_base_policy(cfg, self.root, self.train_tasks(), domain.canonical_prompt, log=log,
                                   progress=progress)
+
+    def baseline(self, checkpoint: str | None = None) -> EvalResult | None:
+        """Held-out result of the starting checkpoint (of ``checkpoint`` when given), if it was measured."""
+        try:
+            data = json.loads(self.baseline_path.read_text())
+            if checkpoint is not None and data.get("checkpoint") != checkpoint:
+                return None
+            return EvalResult.model_validate(data["eval"])
+        except (FileNotFoundError, json.JSONDecodeError, KeyError, ValueError):
+            return None
+
+    def save_baseline(self, checkpoint: str, result: EvalResult) -> None:
+        tmp = self.baseline_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"checkpoint": checkpoint, "eval": result.model_dump(mode="json")}, indent=1))
+        tmp.replace(self.baseline_path)
 
     # status ---------------------------------------------------------------------------------------------------
     def set_status(self, state: str, **fields) -> None:

@@ -73,6 +73,16 @@ def test_diagnostician_flags_accuracy_regression(repo):
     assert "accuracy_regression" in found
 
 
+def test_first_phase_is_judged_against_the_starting_policy(repo):
+    rows = rollouts([[("9", True), ("1", False)] * 4 for _ in range(60)])
+    ev = _evidence(rows, repo, (0.25,))
+    ev.baseline = EvalResult(accuracy=0.40, n=300)
+    found = {d.failure_mode: d for d in HeuristicDiagnostician().diagnose(ev)}
+    assert "the starting policy" in found["accuracy_regression"].statement
+    ev.baseline = EvalResult(accuracy=0.27, n=300)  # a 2-point drop on 300 tasks is within sampling noise
+    assert "accuracy_regression" not in {d.failure_mode for d in HeuristicDiagnostician().diagnose(ev)}
+
+
 def test_critic_confirms_strong_and_rejects_thin_evidence(repo):
     strong = HeuristicDiagnostician().diagnose(_evidence(dead_rows(), repo))
     thin_rows = rollouts([[("1", False)] * 8 for _ in range(5)])

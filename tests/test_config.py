@@ -51,6 +51,23 @@ def test_policy_model_accepts_a_hugging_face_id_or_path():
     assert C.parse({"policy": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}}).policy.model == "Qwen/Qwen2.5-0.5B-Instruct"
 
 
+def test_policy_model_path_must_hold_a_checkpoint(tmp_path: Path, monkeypatch):
+    from evotrainer.policy import resolve_model
+
+    assert resolve_model("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert resolve_model("tiny") == "tiny"
+    ckpt = tmp_path / "models" / "mine"
+    ckpt.mkdir(parents=True)
+    with pytest.raises(C.ConfigError, match="policy.model: .*holds no config.json"):
+        resolve_model(str(ckpt))
+    (ckpt / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model("models/mine") == str(ckpt)  # relative paths become absolute
+    for typo in ("./models/mne", "/models/mine", "models/mine/sub"):
+        with pytest.raises(C.ConfigError, match="no such folder"):
+            resolve_model(typo)
+
+
 def test_overrides_parse_yaml_values_and_revalidate():
     cfg = C.apply_overrides(C.parse({}), ["training.steps_per_phase=7", "policy.lora=true"])
     assert cfg.training.steps_per_phase == 7 and cfg.policy.lora is True
@@ -86,6 +103,10 @@ def test_cli_reports_one_readable_line_and_creates_nothing(tmp_path: Path, cli_e
     assert "error: override: training.stepz: unknown key (allowed: steps_per_phase" in out
     assert "Traceback" not in out
     assert not run_dir.exists()
+    proc = cli(["init", str(run_dir), "--set", "policy.model=./no/such/model"], cli_env, check=False)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2 and "error: policy.model: ./no/such/model: no such folder" in out
+    assert "Traceback" not in out and not run_dir.exists()
     proc = cli(["run", str(tmp_path / "nowhere")], cli_env, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr
     assert "nowhere" in proc.stdout

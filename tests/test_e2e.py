@@ -41,6 +41,7 @@ def check_finished_run(run_dir: Path, phases: int, env: dict) -> dict:
     assert status["state"] == "done" and status["phase"] == phases, status
     assert sorted(status["accuracy"]) == [str(p) for p in range(1, phases + 1)]
     assert all(0.0 <= a <= 1.0 for a in status["accuracy"].values())
+    assert 0.0 <= status["baseline_accuracy"] <= 1.0  # the starting policy, measured by the trainer service
 
     # every rollout of every phase, with the Rollout fields, exactly once
     per_phase = 6 * 4 * 8  # steps x prompts x group size of the FAST config
@@ -91,6 +92,7 @@ def test_two_phase_run_through_the_real_trainer_service(tmp_path: Path, cli_env)
     assert json.loads(cli(["status", str(run_dir), "--json"], cli_env).stdout)["state"] == "initialized"
     proc = cli(["run", str(run_dir)], cli_env)
     out = " ".join(proc.stdout.split())
+    assert "starting policy: held-out accuracy" in out and "vs start)" in out
     assert "phase 1 held-out accuracy" in out and "phase 2 held-out accuracy" in out
     assert "candidate harness edits" in out or "diagnoses: none" in out
     check_finished_run(run_dir, 2, cli_env)
@@ -114,3 +116,4 @@ def test_two_phase_run_through_the_real_trainer_service(tmp_path: Path, cli_env)
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     trained = [e["phase"] for e in events if e["kind"] == "node" and e["node"] == "train"]
     assert trained == [1, 2, 3]
+    assert len([e for e in events if e["kind"] == "baseline"]) == 1  # the starting policy is evaluated once

@@ -41,7 +41,7 @@ class TrainerClient:
     def start_phase(self, request: dict[str, Any]) -> str:
         resp = self.http.post("/phases", json=request)
         if resp.status_code >= 400:
-            raise TrainerError(f"trainer refused the phase: {resp.status_code} {resp.text}")
+            raise TrainerError(f"trainer refused the phase: {_detail(resp)}")
         return resp.json()["job"]
 
     def poll(self, job: str) -> dict:
@@ -70,15 +70,27 @@ class TrainerClient:
             time.sleep(interval_s)
         raise TrainerError(f"phase {request['phase']} did not finish within {timeout_s:.0f} s")
 
-    def evaluate(self, run_dir: str, checkpoint: str, domain: str, max_new_tokens: int) -> EvalResult:
+    def evaluate(self, run_dir: str, checkpoint: str, domain: str, max_new_tokens: int, device: str = "auto",
+                 dtype: str = "auto", timeout_s: float = 1800) -> EvalResult:
+        """Held-out accuracy of ``checkpoint`` with the evaluator's prompt and verifier (blocks until done)."""
         resp = self.http.post("/evaluate", json={"run_dir": run_dir, "checkpoint": checkpoint, "domain": domain,
-                                                  "max_new_tokens": max_new_tokens}, timeout=600)
+                                                  "max_new_tokens": max_new_tokens, "device": device,
+                                                  "dtype": dtype}, timeout=timeout_s)
         if resp.status_code >= 400:
-            raise TrainerError(f"evaluation failed: {resp.status_code} {resp.text[:500]}")
+            raise TrainerError(f"evaluation failed: {_detail(resp)}")
         return EvalResult.model_validate(resp.json())
 
     def close(self) -> None:
         self.http.close()
+
+
+def _detail(resp: httpx.Response) -> str:
+    """The service's own explanation of an error response (FastAPI's ``detail``), else the status and body."""
+    try:
+        detail = resp.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    return str(detail) if detail else f"HTTP {resp.status_code} {resp.text[:500]}"
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec

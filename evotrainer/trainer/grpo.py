@@ -195,6 +195,10 @@ def harness_view(sample: dict) -> dict:
     return {k: v for k, v in sample.items() if k != "verified"}
 
 
+class PolicyLoadError(RuntimeError):
+    """The policy could not be loaded: a missing path, an unknown Hugging Face id, or no way to download it."""
+
+
 def load_policy(path: str, device: str, dtype: str, lora: bool, lora_rank: int):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -202,11 +206,15 @@ def load_policy(path: str, device: str, dtype: str, lora: bool, lora_rank: int):
     torch_dtype = torch.float32
     if dtype == "bfloat16" or (dtype == "auto" and device == "cuda"):
         torch_dtype = torch.bfloat16
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    except (OSError, ValueError) as err:  # transformers' way of saying "not found" / "cannot download"
+        first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
+        raise PolicyLoadError(f"could not load the policy {path!r}: {first}") from err
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     peft_config = None
     if lora:
         from peft import LoraConfig

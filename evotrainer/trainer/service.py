@@ -8,7 +8,8 @@ API (JSON):
                                   with "pilot": true, a few steps whose rollouts judge a knob edit
     GET  /phases/{job}            {"state": running|done|failed, "progress", "result", "error"}
                                   (result: PhaseResult, or PilotResult for a pilot)
-    POST /evaluate                {"run_dir", "checkpoint", "domain", "max_new_tokens"} -> EvalResult
+    POST /evaluate                {"run_dir", "checkpoint", "domain", "max_new_tokens", "device", "dtype"}
+                                  -> EvalResult on the run's held-out split (409 while a phase runs)
     POST /shutdown                stops the process
 
 One phase runs at a time, in a worker thread; a second different request while busy gets 409. With
@@ -39,6 +40,7 @@ class EvalRequest(BaseModel):
     domain: str = "math"
     max_new_tokens: int = 16
     device: str = "auto"
+    dtype: str = "auto"
 
 
 # The heavy imports (torch, transformers, TRL: ~20 s on a small CPU) run in a background thread at start, while
@@ -128,11 +130,16 @@ def create_app() -> FastAPI:
     def evaluate_checkpoint(req: EvalRequest) -> dict:
         from evotrainer.domains import get_domain
         from evotrainer.rundir import RunDir
-        from evotrainer.trainer.grpo import _device, evaluate, load_policy
+        from evotrainer.trainer.grpo import PolicyLoadError, _device, evaluate, load_policy
 
+        if jobs.active is not None:  # one job owns the accelerator at a time
+            raise HTTPException(409, f"busy with job {jobs.active}")
         _PRELOADED.wait()
         dev = _device(req.device)
-        model, tokenizer, _ = load_policy(req.checkpoint, dev, "auto", False, 0)
+        try:
+            model, tokenizer, _ = load_policy(req.checkpoint, dev, req.dtype, False, 0)
+        except PolicyLoadError as err:
+            raise HTTPException(422, str(err)) from None
         model.to(dev)
         result = evaluate(model, tokenizer, get_domain(req.domain), RunDir(req.run_dir).eval_tasks(),
                           req.max_new_tokens, dev)
