@@ -166,13 +166,17 @@ def show(run_dir: Path, ref: str):
         for col in ("check", "main", "candidate", "threshold", "passed", "detail"):
             t.add_column(col, overflow="fold")
         for c in b["checks"]:
-            t.add_row(c["name"], str(c["base"]), str(c["candidate"]), str(c["threshold"]),
+            t.add_row(c["name"], _num(c["base"]), _num(c["candidate"]), _num(c["threshold"]),
                       "yes" if c["passed"] else "[red]no[/red]", c["detail"])
         console.print(t)
     if data["effect"]:
         console.print(f"[bold]realized effect[/bold]: {data['effect']['summary']}", highlight=False)
     if not data["backtest"] and not data["effect"]:
         console.print("no backtest report: this commit is neither a candidate nor a promotion")
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 @trainer_app.command("serve")

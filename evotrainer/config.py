@@ -68,6 +68,10 @@ class TrainerConfig(_Section):
     )
     start_timeout_s: float = Field(240, gt=0, description="how long to wait for a local service to come up")
     phase_timeout_s: float = Field(7200, gt=0, description="longest a phase may run before the run fails")
+    max_restarts: int = Field(
+        2, ge=0, description="times in a row a local trainer service that died (out of memory, crash) is restarted; "
+        "the interrupted phase is trained again"
+    )
 
 
 class EvolutionConfig(_Section):

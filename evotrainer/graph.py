@@ -8,7 +8,8 @@ State holds only JSON (the pydantic contracts dumped), so a checkpoint is readab
 at the node it was in (``invoke(None, config)``). Every node is safe to re-run: training is keyed by phase
 and harness sha (a finished phase is never trained twice), candidate branches are recreated, notes are
 overwritten, promotion is a no-op for an already-merged branch, skill outcomes are recorded once per commit.
-The budget is the number of training phases.
+The budget is the number of training phases, read from the run's config each time the graph decides (so a budget
+raised with ``evotrainer run --phases N`` holds for a resumed run too, not only for a finished one).
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ THREAD = {"configurable": {"thread_id": "run"}, "recursion_limit": 100_000}
 
 
 class RunState(TypedDict, total=False):
-    budget: int
     phase: int                  # last phase whose training finished
     results: list[dict]         # PhaseResult per phase
     diagnoses: list[dict]       # this phase's, after critique
@@ -316,7 +316,7 @@ def build_graph(rt: Runtime, checkpointer):
         return {"phase_log": log}
 
     def after_librarian(state: RunState) -> str:
-        return END if state["phase"] >= state.get("budget", rt.cfg.phases) else "train"
+        return END if state["phase"] >= rt.cfg.phases else "train"
 
     g = StateGraph(RunState)
     for name, fn in (("train", train), ("diagnose", diagnose), ("critique", critique), ("engineer", engineer),

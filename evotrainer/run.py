@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rich.markup import escape
+
 from evotrainer.console import Reporter
 from evotrainer.rundir import RunDir, RunDirError
 
@@ -43,7 +45,12 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
         base = rd.ensure_policy(log=reporter.info, progress=reporter.progress)
         rd.events.emit("policy", base=base, seconds=round(time.time() - t, 2))
         t = time.time()
-        with connect(rd.root, cfg.trainer.url, cfg.trainer.start_timeout_s) as trainer:
+        def restarted(why: str) -> None:
+            reporter.info(f"[yellow]trainer service lost[/yellow]: {escape(why)}")
+            rd.events.emit("trainer_restart", reason=why)
+
+        with connect(rd.root, cfg.trainer.url, cfg.trainer.start_timeout_s, cfg.trainer.max_restarts,
+                     on_restart=restarted) as trainer:
             health = trainer.health()
             reporter.info(f"trainer service at {trainer.url} (pid {health['pid']}, {health['device']})")
             rd.events.emit("trainer", url=trainer.url, seconds=round(time.time() - t, 2), **health)
@@ -58,8 +65,7 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
                     rd.events.emit("resume", node=snap.next[0], phase=snap.values.get("phase", 0))
                     graph.invoke(None, THREAD, durability="sync")
                 elif snap.values.get("phase", 0) < cfg.phases:
-                    start = {"budget": cfg.phases} if snap.values else {"budget": cfg.phases, "phase": 0}
-                    graph.invoke(start, THREAD, durability="sync")
+                    graph.invoke({"phase": snap.values.get("phase", 0)}, THREAD, durability="sync")
                 values = graph.get_state(THREAD).values
     except KeyboardInterrupt:
         rd.set_status("paused", detail="interrupted; `evotrainer run` resumes where it stopped")

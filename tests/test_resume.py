@@ -75,15 +75,36 @@ def test_kill_mid_phase_and_mid_evolution_then_resume(tmp_path: Path, cli_env):
     evs = events(run_dir)
     assert [e["node"] for e in evs if e["kind"] == "resume"] == ["train"]
 
-    # 3. resume to the end
-    cli(["run", str(run_dir)], cli_env)
-    check_finished_run(run_dir, 2, cli_env)
+    # 3. resume to the end, raising the budget on the way: the resumed run honours the new one
+    cli(["run", str(run_dir), "--phases", "3"], cli_env)
+    check_finished_run(run_dir, 3, cli_env)
     evs = events(run_dir)
     resumed_at = [e["node"] for e in evs if e["kind"] == "resume"]
     assert resumed_at[0] == "train" and resumed_at[1] in ("backtest", "engineer"), resumed_at
     finished = [e["phase"] for e in evs if e["kind"] == "node" and e["node"] == "train"]
-    assert finished == [1, 2], "a finished phase was trained again"
+    assert finished == [1, 2, 3], "a finished phase was trained again, or the raised budget was ignored"
     # every candidate of phase 1 was judged exactly once after the resume (none lost, none duplicated)
     judged = [e["branch"] for e in evs if e["kind"] == "verdict" and e["phase"] == 1]
     made = {e["branch"] for e in evs if e["kind"] == "candidate" and e["phase"] == 1}
     assert set(judged) == made
+
+
+@pytest.mark.slow
+def test_a_trainer_service_killed_mid_phase_is_restarted_and_the_run_finishes(tmp_path: Path, cli_env):
+    run_dir = tmp_path / "run"
+    cli(init_args(run_dir, phases=2), cli_env)
+    proc = subprocess.Popen([*EVOTRAINER, "run", str(run_dir)], env=cli_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 400
+    while not (mid_phase(events(run_dir)) and (run_dir / "tmp" / "phase-0001").exists()):
+        assert proc.poll() is None and time.time() < deadline, "phase 1 never started"
+        time.sleep(0.2)
+    victim = json.loads((run_dir / "trainer.json").read_text())["pid"]
+    os.kill(victim, signal.SIGKILL)  # e.g. the kernel's OOM killer
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    assert "trainer service lost" in " ".join(out.split())
+    check_finished_run(run_dir, 2, cli_env)
+    evs = events(run_dir)
+    assert len([e for e in evs if e["kind"] == "trainer_restart"]) == 1
+    assert [e["phase"] for e in evs if e["kind"] == "node" and e["node"] == "train"] == [1, 2]

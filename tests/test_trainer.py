@@ -79,3 +79,38 @@ def test_any_local_model_path_is_used_as_is(run_dir: RunDir):
 
     cfg = C.parse({"policy": {"model": str(run_dir.root / "policy" / "base")}})
     assert ensure_base_policy(cfg, run_dir.root, [], str) == str(run_dir.root / "policy" / "base")
+
+
+def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_dir: RunDir, policy_cache):
+    import os
+    import signal
+
+    from evotrainer.trainer.client import LocalService, TrainerClient, TrainerLost
+
+    restarts: list[str] = []
+    service = LocalService(run_dir.root, env={"EVOTRAINER_CACHE": str(policy_cache)}, on_restart=restarts.append)
+    client = TrainerClient(service.start(), restart=service.restart, max_restarts=1)
+    base = str(run_dir.root / "policy" / "base")
+    try:
+        first_pid = service.proc.pid
+        os.kill(first_pid, signal.SIGKILL)
+        service.proc.wait()
+        result = client.evaluate(str(run_dir.root), base, "math", 8)
+        assert result.n == 40 and 0.0 <= result.accuracy <= 1.0
+        assert service.proc.pid != first_pid and len(restarts) == 1
+        assert "killed by SIGKILL" in restarts[0] and "trainer.log" in restarts[0]
+        assert client.restarts_in_a_row == 0  # a finished call resets the count
+
+        client.max_restarts = 0  # a service that keeps dying is not restarted forever
+        os.kill(service.proc.pid, signal.SIGKILL)
+        service.proc.wait()
+        with pytest.raises(TrainerLost, match="restarted 0 time.* in a row already .*trainer.max_restarts"):
+            client.evaluate(str(run_dir.root), base, "math", 8)
+    finally:
+        client.close()
+        service.stop()
+    assert not (run_dir.root / "trainer.json").exists()
+
+    remote = TrainerClient("http://127.0.0.1:9")  # nothing listens there, and it is not ours to restart
+    with pytest.raises(TrainerLost, match="not started by this run"):
+        remote.evaluate(str(run_dir.root), base, "math", 8)

@@ -1,10 +1,16 @@
 """Talking to the trainer service, and starting a local one when the config names no URL.
 
-:class:`TrainerClient` is a thin httpx client of the API in ``service.py``. :func:`local_service` starts
+:class:`TrainerClient` is a thin httpx client of the API in ``service.py``. :class:`LocalService` starts
 ``python -m evotrainer.trainer.service`` on loopback as a child of the run process (port chosen by the OS,
 output in ``RUN_DIR/trainer.log``), records it in ``RUN_DIR/trainer.json``, and stops it on exit. The child
 dies with its parent (parent-death signal + watcher), so a ``kill -9`` of the run leaves no orphan; a stale
 record from an earlier run process is cleaned up before a new service starts.
+
+If the local service dies under a job (out of memory, a crash, a kill), the client restarts it and submits the
+interrupted job again: an unfinished phase publishes nothing, so training it again is safe. Restarts are
+bounded (``max_restarts`` in a row without a finished job), so a phase that kills the trainer every time fails
+the run with one line instead of looping. A configured remote service is not ours to restart: losing it fails
+the run with a message that says so, and ``evotrainer run`` resumes once it is back.
 """
 
 from __future__ import annotations
@@ -30,10 +36,47 @@ class TrainerError(RuntimeError):
     pass
 
 
+class TrainerLost(TrainerError):
+    """The service stopped answering (its process exited, or the connection broke)."""
+
+
 class TrainerClient:
-    def __init__(self, url: str, timeout: float = 30.0):
+    """Client of one trainer service; ``restart`` (when given) brings a lost service back and returns its URL."""
+
+    def __init__(self, url: str, timeout: float = 30.0, restart: Callable[[str], str] | None = None,
+                 max_restarts: int = 0):
+        self.timeout = timeout
+        self.restart = restart
+        self.max_restarts = max_restarts
+        self.restarts_in_a_row = 0
+        self._connect(url)
+
+    def _connect(self, url: str) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url, timeout=timeout, trust_env=False)
+        self.http = httpx.Client(base_url=self.url, timeout=self.timeout, trust_env=False)
+
+    def _recover(self, err: Exception, doing: str) -> None:
+        """After the service was lost while ``doing``: restart it, or raise TrainerLost saying why not."""
+        why = f"lost the trainer service at {self.url} while {doing} ({type(err).__name__}: {err})"
+        if self.restart is None:
+            raise TrainerLost(f"{why}; it is not started by this run, so bring it back and `evotrainer run` "
+                              f"resumes") from None
+        if self.restarts_in_a_row >= self.max_restarts:
+            raise TrainerLost(f"{why}; restarted {self.restarts_in_a_row} time(s) in a row already "
+                              f"(trainer.max_restarts), so the cause is likely the job itself") from None
+        self.restarts_in_a_row += 1
+        self.http.close()
+        self._connect(self.restart(why))
+
+    def _retrying(self, doing: str, call: Callable[[], Any]) -> Any:
+        while True:
+            try:
+                out = call()
+            except (httpx.TransportError, TrainerLost) as err:
+                self._recover(err, doing)
+                continue
+            self.restarts_in_a_row = 0
+            return out
 
     def health(self) -> dict:
         return self.http.get("/health").raise_for_status().json()
@@ -45,7 +88,10 @@ class TrainerClient:
         return resp.json()["job"]
 
     def poll(self, job: str) -> dict:
-        return self.http.get(f"/phases/{job}").raise_for_status().json()
+        resp = self.http.get(f"/phases/{job}")
+        if resp.status_code == 404:  # a restarted service does not know the old job
+            raise TrainerLost(f"the service no longer knows job {job}")
+        return resp.raise_for_status().json()
 
     def run_phase(self, request: dict[str, Any], on_progress: Callable[[dict], None] = lambda _: None,
                   timeout_s: float = 7200, interval_s: float = 0.5) -> PhaseResult:
@@ -58,6 +104,11 @@ class TrainerClient:
 
     def _wait(self, request: dict[str, Any], on_progress: Callable[[dict], None], timeout_s: float,
               interval_s: float) -> dict:
+        what = f"{'piloting' if request.get('pilot') else 'training'} phase {request['phase']}"
+        return self._retrying(what, lambda: self._wait_once(request, on_progress, timeout_s, interval_s))
+
+    def _wait_once(self, request: dict[str, Any], on_progress: Callable[[dict], None], timeout_s: float,
+                   interval_s: float) -> dict:
         job = self.start_phase(request)
         deadline = time.time() + timeout_s
         while time.time() < deadline:
@@ -73,12 +124,15 @@ class TrainerClient:
     def evaluate(self, run_dir: str, checkpoint: str, domain: str, max_new_tokens: int, device: str = "auto",
                  dtype: str = "auto", timeout_s: float = 1800) -> EvalResult:
         """Held-out accuracy of ``checkpoint`` with the evaluator's prompt and verifier (blocks until done)."""
-        resp = self.http.post("/evaluate", json={"run_dir": run_dir, "checkpoint": checkpoint, "domain": domain,
-                                                  "max_new_tokens": max_new_tokens, "device": device,
-                                                  "dtype": dtype}, timeout=timeout_s)
-        if resp.status_code >= 400:
-            raise TrainerError(f"evaluation failed: {_detail(resp)}")
-        return EvalResult.model_validate(resp.json())
+        def call() -> EvalResult:
+            resp = self.http.post("/evaluate", json={"run_dir": run_dir, "checkpoint": checkpoint, "domain": domain,
+                                                      "max_new_tokens": max_new_tokens, "device": device,
+                                                      "dtype": dtype}, timeout=timeout_s)
+            if resp.status_code >= 400:
+                raise TrainerError(f"evaluation failed: {_detail(resp)}")
+            return EvalResult.model_validate(resp.json())
+
+        return self._retrying(f"evaluating {checkpoint}", call)
 
     def close(self) -> None:
         self.http.close()
@@ -112,59 +166,101 @@ def _stop_stale(record: Path) -> None:
     record.unlink(missing_ok=True)
 
 
-@contextlib.contextmanager
-def local_service(run_dir: Path, start_timeout_s: float = 240, env: dict | None = None) -> Iterator[TrainerClient]:
-    """Start a trainer service on loopback for this run; yield a client; stop it afterwards."""
-    run_dir = Path(run_dir)
-    record = run_dir / "trainer.json"
-    _stop_stale(record)
-    port_file = run_dir / "tmp" / "trainer.port"
-    port_file.parent.mkdir(parents=True, exist_ok=True)
-    port_file.unlink(missing_ok=True)
-    log = open(run_dir / "trainer.log", "ab")
-    cmd = [sys.executable, "-m", "evotrainer.trainer.service", "--host", "127.0.0.1", "--port", "0",
-           "--parent-pid", str(os.getpid()), "--port-file", str(port_file)]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            preexec_fn=_die_with_parent, env={**os.environ, **(env or {})})
-    client = None
-    try:
-        deadline = time.time() + start_timeout_s
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class LocalService:
+    """A trainer service process on loopback, owned by this run process (one at a time; restartable)."""
+
+    def __init__(self, run_dir: Path, start_timeout_s: float = 240, env: dict | None = None,
+                 on_restart: Callable[[str], None] = lambda _: None):
+        self.run_dir = Path(run_dir)
+        self.start_timeout_s = start_timeout_s
+        self.env = env
+        self.on_restart = on_restart
+        self.record = self.run_dir / "trainer.json"
+        self.proc: subprocess.Popen | None = None
+        self.url: str | None = None
+
+    def start(self) -> str:
+        """Start the service and wait until it answers; return its URL."""
+        _stop_stale(self.record)
+        port_file = self.run_dir / "tmp" / "trainer.port"
+        port_file.parent.mkdir(parents=True, exist_ok=True)
+        port_file.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "evotrainer.trainer.service", "--host", "127.0.0.1", "--port", "0",
+               "--parent-pid", str(os.getpid()), "--port-file", str(port_file)]
+        with open(self.run_dir / "trainer.log", "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         preexec_fn=_die_with_parent, env={**os.environ, **(self.env or {})})
+        deadline = time.time() + self.start_timeout_s
         while not port_file.exists():
-            if proc.poll() is not None:
-                raise TrainerError(f"the trainer service exited at start (code {proc.returncode}); "
-                                   f"see {run_dir / 'trainer.log'}")
+            if self.proc.poll() is not None:
+                raise TrainerError(f"the trainer service exited at start ({_exit_reason(self.proc.returncode)}); "
+                                   f"see {self.run_dir / 'trainer.log'}")
             if time.time() > deadline:
-                raise TrainerError(f"the trainer service did not start within {start_timeout_s:.0f} s")
+                raise TrainerError(f"the trainer service did not start within {self.start_timeout_s:.0f} s")
             time.sleep(0.1)
         url = f"http://127.0.0.1:{port_file.read_text().strip()}"
-        client = TrainerClient(url)
-        while True:
+        with httpx.Client(base_url=url, timeout=5, trust_env=False) as probe:
+            while True:
+                try:
+                    probe.get("/health").raise_for_status()
+                    break
+                except httpx.HTTPError:
+                    if self.proc.poll() is not None or time.time() > deadline:
+                        raise TrainerError(f"the trainer service at {url} is not answering") from None
+                    time.sleep(0.1)
+        self.record.write_text(json.dumps({"url": url, "pid": self.proc.pid, "started": time.time()}))
+        self.url = url
+        return url
+
+    def restart(self, why: str) -> str:
+        """Stop what is left of the service, start a new one, and return its URL."""
+        self.stop()
+        status = _exit_reason(self.proc.returncode if self.proc else None)
+        self.on_restart(f"{why}; the service process ended ({status}); its log is {self.run_dir / 'trainer.log'}. "
+                        f"Starting a new one and submitting the interrupted job again.")
+        return self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
             try:
-                client.health()
-                break
-            except httpx.HTTPError:
-                if proc.poll() is not None or time.time() > deadline:
-                    raise TrainerError(f"the trainer service at {url} is not answering") from None
-                time.sleep(0.1)
-        record.write_text(json.dumps({"url": url, "pid": proc.pid, "started": time.time()}))
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.record.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def local_service(run_dir: Path, start_timeout_s: float = 240, env: dict | None = None, max_restarts: int = 2,
+                  on_restart: Callable[[str], None] = lambda _: None) -> Iterator[TrainerClient]:
+    """Start a trainer service on loopback for this run; yield a client that restarts it if it dies."""
+    service = LocalService(run_dir, start_timeout_s, env, on_restart)
+    client = None
+    try:
+        client = TrainerClient(service.start(), restart=service.restart, max_restarts=max_restarts)
         yield client
     finally:
         if client is not None:
             client.close()
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
-        record.unlink(missing_ok=True)
+        service.stop()
 
 
 @contextlib.contextmanager
-def connect(run_dir: Path, url: str | None, start_timeout_s: float = 240) -> Iterator[TrainerClient]:
-    """A client of the configured service, or of a local one started for this run."""
+def connect(run_dir: Path, url: str | None, start_timeout_s: float = 240, max_restarts: int = 2,
+            on_restart: Callable[[str], None] = lambda _: None) -> Iterator[TrainerClient]:
+    """A client of the configured service, or of a local one started (and restarted if need be) for this run."""
     if url:
         client = TrainerClient(url)
         try:
@@ -176,5 +272,5 @@ def connect(run_dir: Path, url: str | None, start_timeout_s: float = 240) -> Ite
         finally:
             client.close()
     else:
-        with local_service(run_dir, start_timeout_s) as client:
+        with local_service(run_dir, start_timeout_s, max_restarts=max_restarts, on_restart=on_restart) as client:
             yield client
