@@ -54,6 +54,7 @@ __all__ = [
     "SandboxLimits",
     "choose_backend",
     "describe_backend",
+    "exit_reason",
     "run_selftest",
 ]
 
@@ -282,7 +283,8 @@ def _scrubbed_env(home: str) -> dict[str, str]:
     }
 
 
-def _signal_name(returncode: int | None) -> str:
+def exit_reason(returncode: int | None) -> str:
+    """A process's end in words: 'exit status 3', 'killed by SIGKILL', or 'still running'."""
     if returncode is None:
         return "still running"
     if returncode < 0:
@@ -593,7 +595,7 @@ class HarnessWorker:
         returncode = process.popen.returncode
         if self.backend in ("bwrap", "unshare") and returncode is not None and 128 < returncode < 128 + 65:
             returncode = 128 - returncode  # the namespace's init reports a signal death as 128 + signal
-        how = _signal_name(returncode)
+        how = exit_reason(returncode)
         if returncode == -signal.SIGXCPU:
             how += f" (CPU limit of {self.limits.cpu_s}s)"
         stderr = process.last_stderr_line()

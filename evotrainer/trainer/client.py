@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator
 import httpx
 
 from evotrainer.contracts import EvalResult, PhaseResult
+from evotrainer.sandbox import exit_reason
 from evotrainer.trainer.grpo import PilotResult
 
 
@@ -166,17 +167,6 @@ def _stop_stale(record: Path) -> None:
     record.unlink(missing_ok=True)
 
 
-def _exit_reason(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
 class LocalService:
     """A trainer service process on loopback, owned by this run process (one at a time; restartable)."""
 
@@ -204,7 +194,7 @@ class LocalService:
         deadline = time.time() + self.start_timeout_s
         while not port_file.exists():
             if self.proc.poll() is not None:
-                raise TrainerError(f"the trainer service exited at start ({_exit_reason(self.proc.returncode)}); "
+                raise TrainerError(f"the trainer service exited at start ({exit_reason(self.proc.returncode)}); "
                                    f"see {self.run_dir / 'trainer.log'}")
             if time.time() > deadline:
                 raise TrainerError(f"the trainer service did not start within {self.start_timeout_s:.0f} s")
@@ -226,7 +216,7 @@ class LocalService:
     def restart(self, why: str) -> str:
         """Stop what is left of the service, start a new one, and return its URL."""
         self.stop()
-        status = _exit_reason(self.proc.returncode if self.proc else None)
+        status = exit_reason(self.proc.returncode if self.proc else None)
         self.on_restart(f"{why}; the service process ended ({status}); its log is {self.run_dir / 'trainer.log'}. "
                         f"Starting a new one and submitting the interrupted job again.")
         return self.start()
