@@ -36,29 +36,28 @@ class MathDomain(Domain):
 
         per_eval = -(-eval_size // len(LEVELS))
         per_train = -(-train_size // len(LEVELS))
+        # Held-out first, for every level, then the training pools. Levels overlap (every level-1 sum is also a
+        # level-3 one), so "never in training" is checked on the prompt across all levels, not within a level.
         eval_tasks: list[Task] = []
+        held_out: set[str] = set()
+        for i, (level, settings) in enumerate(LEVELS.items()):
+            ev = reasoning_gym.create_dataset("chain_sum", size=per_eval * 3, seed=seed * 1000 + 17 + i, **settings)
+            n = 0
+            for entry in ev:
+                task = self._task(f"eval-{level}-{n}", level, entry)
+                if self.canonical_prompt(task) not in held_out and n < per_eval:
+                    held_out.add(self.canonical_prompt(task))
+                    eval_tasks.append(task)
+                    n += 1
         train_tasks: list[Task] = []
         for i, (level, settings) in enumerate(LEVELS.items()):
-            ev = reasoning_gym.create_dataset(
-                "chain_sum", size=per_eval * 3, seed=seed * 1000 + 17 + i, **settings
-            )
-            held_out = []
-            seen = set()
-            for entry in ev:
-                expr = entry["metadata"]["expression"]
-                if expr not in seen and len(held_out) < per_eval:
-                    seen.add(expr)
-                    held_out.append(self._task(f"eval-{level}-{len(held_out)}", level, entry))
-            eval_tasks += held_out
-            # the training pool never contains a held-out expression
-            tr = reasoning_gym.create_dataset(
-                "chain_sum", size=per_train * 2, seed=seed * 1000 + 500 + i, **settings
-            )
+            tr = reasoning_gym.create_dataset("chain_sum", size=per_train * 2, seed=seed * 1000 + 500 + i, **settings)
             pool = []
             for entry in tr:
-                if entry["metadata"]["expression"] in seen:
+                task = self._task(f"train-{level}-{len(pool)}", level, entry)
+                if self.canonical_prompt(task) in held_out:
                     continue
-                pool.append(self._task(f"train-{level}-{len(pool)}", level, entry))
+                pool.append(task)
                 if len(pool) == per_train:
                     break
             train_tasks += pool
