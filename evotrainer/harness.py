@@ -182,21 +182,27 @@ class HarnessRepo:
                          trailers: dict[str, str]) -> str:
         """Create ``branch`` at ``base`` with ``edits`` (path -> new text) in one commit; return its sha.
 
-        Re-running with the same branch (after a kill) replaces the earlier attempt.
+        Built with git plumbing (a temporary index, ``commit-tree``, ``update-ref``): no working tree is touched,
+        and the branch appears, or moves, in one atomic step, so a kill at any moment leaves either the old
+        branch or the new one. Re-running with the same branch (after a kill) replaces the earlier attempt.
         """
-        if branch in self.repo.heads:
-            self.repo.delete_head(branch, force=True)
-        with self.worktree(base, branch=branch) as wt:
-            for rel, text in edits.items():
-                target = wt / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text)
-            wrepo = git.Repo(wt)
-            wrepo.git.add(A=True)
-            if not wrepo.is_dirty(index=True):
+        g = self.repo.git
+        with tempfile.TemporaryDirectory(prefix="evo-index-") as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            g.read_tree(base, env=env)
+            for i, (rel, text) in enumerate(sorted(edits.items())):
+                staged = Path(tmp) / f"blob-{i}"
+                staged.write_text(text)
+                blob = g.hash_object("-w", str(staged))
+                g.update_index("--add", "--cacheinfo", f"100644,{blob},{rel}", env=env)
+            tree = g.write_tree(env=env)
+            if tree == self.repo.commit(base).tree.hexsha:
                 raise ValueError(f"{branch}: the edit changes nothing")
-            wrepo.git.commit(m=format_message(subject, body, trailers))
-            return wrepo.head.commit.hexsha
+            message = Path(tmp) / "message"
+            message.write_text(format_message(subject, body, trailers))
+            sha = g.commit_tree(tree, "-p", base, "-F", str(message))
+        g.update_ref(f"refs/heads/{branch}", sha)
+        return sha
 
     def add_note(self, sha: str, payload: dict[str, Any], ref: str = "backtest") -> None:
         self.repo.git.notes(f"--ref={ref}", "add", "-f", "-m", json.dumps(payload, indent=1, sort_keys=True), sha)
@@ -207,15 +213,26 @@ class HarnessRepo:
         self.repo.create_tag(name, ref=ref, message=message)
 
     def recover(self) -> None:
-        """Undo what a kill can leave behind: a half-done merge, a stale index lock, stale worktrees."""
+        """Undo what a kill can leave behind, losing nothing: a half-done merge, a stale index lock, worktrees of
+        EvoTrainer's own left in temporary folders; make ``main`` the checked-out branch again. Uncommitted
+        changes someone left in the checkout are stashed (``git stash list`` shows them), never thrown away.
+        """
         gitdir = Path(self.repo.git_dir)
         lock = gitdir / "index.lock"
         if lock.exists():
             lock.unlink()
         if (gitdir / "MERGE_HEAD").exists():
             self.repo.git.merge("--abort")
+        for line in self.repo.git.worktree("list", "--porcelain").splitlines():
+            path = line.partition(" ")[2]
+            if line.startswith("worktree ") and Path(path).parent.name.startswith("evo-wt-"):
+                with contextlib.suppress(git.GitCommandError):
+                    self.repo.git.worktree("remove", "--force", path)
         self.repo.git.worktree("prune")
-        if self.repo.active_branch.name != "main":
+        if self.repo.is_dirty(untracked_files=True):
+            self.repo.git.stash("push", "--include-untracked", "-m",
+                                "evotrainer: uncommitted changes found in the harness checkout at recovery")
+        if self.repo.head.is_detached or self.repo.active_branch.name != "main":
             self.repo.git.checkout("main")
         self.repo.git.reset("--hard", "main")
 

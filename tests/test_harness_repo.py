@@ -67,6 +67,39 @@ def test_recover_clears_what_a_kill_mid_merge_leaves(repo: HarnessRepo):
     assert not repo.repo.is_dirty()
 
 
+def test_a_kill_that_left_a_worktree_on_the_candidate_branch_does_not_block_the_rerun(repo: HarnessRepo,
+                                                                                    tmp_path: Path):
+    # what a kill inside an older commit_candidate left: the branch checked out in a temporary worktree
+    stale = tmp_path / "evo-wt-killed" / "harness"
+    repo.repo.git.worktree("add", "-b", "candidates/phase-1-1", str(stale), "main")
+    repo.recover()
+    sha = _candidate(repo)  # the engineer node re-run after the kill
+    assert repo.sha("candidates/phase-1-1") == sha and not stale.exists()
+    assert len(repo.repo.git.worktree("list", "--porcelain").split("worktree ")) == 2  # the main checkout only
+
+
+def test_candidate_commits_touch_no_working_tree(repo: HarnessRepo):
+    before = (repo.path / "harness.yaml").read_text()
+    sha = _candidate(repo)
+    assert (repo.path / "harness.yaml").read_text() == before and not repo.repo.is_dirty(untracked_files=True)
+    assert repo.repo.commit(sha).parents[0].hexsha == repo.sha("main")
+    assert repo.repo.commit(sha).author.name == "EvoTrainer"
+    with pytest.raises(ValueError, match="changes nothing"):
+        repo.commit_candidate("candidates/phase-1-9", repo.sha("main"), {"harness.yaml": before}, "s", "b", {})
+    assert "candidates/phase-1-9" not in repo.repo.heads
+
+
+def test_recover_keeps_what_a_person_left_in_the_checkout(repo: HarnessRepo):
+    _candidate(repo)
+    repo.repo.git.checkout("--detach", "candidates/phase-1-1")  # someone inspecting a candidate
+    (repo.path / "notes.txt").write_text("my notes")
+    (repo.path / "prompt.py").write_text("# my experiment\n")
+    repo.recover()
+    assert repo.repo.active_branch.name == "main" and not repo.repo.is_dirty(untracked_files=True)
+    assert "evotrainer: uncommitted changes" in repo.repo.git.stash("list")
+    assert "my notes" in repo.repo.git.show("stash@{0}^3:notes.txt")
+
+
 def test_tags_mark_the_harness_of_each_phase(repo: HarnessRepo):
     repo.tag("phase-1", repo.sha("main"), "harness that trained phase 1")
     repo.tag("phase-1", repo.sha("main"), "again")  # idempotent on resume
