@@ -32,7 +32,7 @@ from typing import Callable
 from evotrainer.contracts import BacktestReport, Candidate, Check
 from evotrainer.harness import HarnessRepo, KnobsError, read_knobs
 from evotrainer.metrics import alignment, bootstrap_groups, stdev
-from evotrainer.rollouts import SPREAD_EPS, groups_of, group_stats, level_history
+from evotrainer.rollouts import SPREAD_EPS, groups_of, group_stats, harness_view, level_history
 from evotrainer.sandbox import HarnessError, HarnessWorker, SandboxLimits
 
 
@@ -69,7 +69,7 @@ def replay(worker: HarnessWorker, harness_dir: Path, rollouts: list[dict], tasks
     _advantages(rows, knobs.scale_rewards)
     groups = groups_of(rows)
     order = list(groups)
-    views = [[{k: v for k, v in r.items() if k != "verified"} for r in groups[g]] for g in order]
+    views = [[harness_view(r, tasks[r["task_id"]]) for r in groups[g]] for g in order]
     flags = worker.filter(views)
     for gid, gflags in zip(order, flags):
         for r, keep in zip(groups[gid], gflags):
@@ -81,7 +81,7 @@ def replay(worker: HarnessWorker, harness_dir: Path, rollouts: list[dict], tasks
     weights = worker.curriculum(levels, knobs.curriculum_weights, level_history(rollouts))
     total_w = sum(weights.get(lv, 0.0) for lv in levels) or 1.0
     mix = {lv: weights.get(lv, 0.0) / total_w for lv in levels}
-    registry = worker.diagnostics([{k: v for k, v in r.items() if k != "verified"} for r in rows])
+    registry = worker.diagnostics([harness_view(r, tasks[r["task_id"]], decided=True) for r in rows])
     return {"rows": rows, "mix": mix, "knobs": knobs, "registry": registry}
 
 
@@ -198,7 +198,7 @@ def run_backtest(repo: HarnessRepo, candidate: Candidate, rollouts: list[dict], 
                     noise, more = _metric_checks(base, cand, cand_mix, candidate, bootstrap, tolerance,
                                                  offline_target=pilot is None)
                     checks += more
-                    checks += _diag_checks(base["registry"], _registry_on(wb, cand["rows"]))
+                    checks += _diag_checks(base["registry"], _registry_on(wb, cand["rows"], tasks))
         if pilot is not None:
             checks.append(pilot_check(pilot, candidate))
     finally:
@@ -216,9 +216,9 @@ def run_backtest(repo: HarnessRepo, candidate: Candidate, rollouts: list[dict], 
     )
 
 
-def _registry_on(main_worker: HarnessWorker, rows: list[dict]) -> dict:
+def _registry_on(main_worker: HarnessWorker, rows: list[dict], tasks: dict[str, dict]) -> dict:
     """Main's diagnostics registry evaluated on the candidate's replayed rows."""
-    return main_worker.diagnostics([{k: v for k, v in r.items() if k != "verified"} for r in rows])
+    return main_worker.diagnostics([harness_view(r, tasks[r["task_id"]], decided=True) for r in rows])
 
 
 def _metric_checks(base: dict, cand: dict, cand_mix: dict | None, candidate: Candidate, bootstrap: int,

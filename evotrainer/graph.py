@@ -35,7 +35,7 @@ from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, EvalResul
 from evotrainer.domains import get_domain
 from evotrainer.harness import HarnessRepo, read_knobs
 from evotrainer.metrics import bootstrap_groups, stdev, wilson
-from evotrainer.rollouts import group_stats, level_history, read_rollouts
+from evotrainer.rollouts import group_stats, harness_view, level_history, read_rollouts, trained
 from evotrainer.rundir import RunDir
 from evotrainer.sandbox import HarnessWorker, SandboxLimits
 from evotrainer.trainer.client import TrainerClient
@@ -142,7 +142,8 @@ def _registry(rt: Runtime, sha: str, rollouts: list[dict]) -> dict:
         hdir = rt.repo.export(sha, Path(tmp) / "h")
         with HarnessWorker(hdir, limits=rt.limits, backend=rt.cfg.sandbox.backend, hide=[str(rt.rd.evaluator)]) as w:
             try:
-                return w.diagnostics([{k: v for k, v in r.items() if k != "verified"} for r in rollouts])
+                tasks = rt.tasks()
+                return w.diagnostics([harness_view(r, tasks[r["task_id"]], decided=True) for r in rollouts])
             except Exception as err:  # a broken registry on main is itself worth reporting, not fatal
                 rt.emit("registry_error", sha=sha, error=str(err))
                 return {}
@@ -406,7 +407,7 @@ def realized_effect(rt: Runtime, promo: dict, results: list[PhaseResult]) -> dic
     def measured(phase: int) -> float | None:
         rows = read_rollouts(rt.rd.rollout_file(phase))
         for r in rows:
-            r.setdefault("trained", r["kept"])
+            r["trained"] = trained(r)
         if metric in METRICS:
             return METRICS[metric](rows)
         stats = group_stats(rows)

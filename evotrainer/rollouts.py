@@ -21,6 +21,26 @@ from evotrainer.contracts import Rollout
 _JSON_COLUMNS = ("reward_components", "extra")
 SPREAD_EPS = 1e-6
 
+# What harness code (filters.py, diagnostics.py) sees of a rollout, the same in training and in the backtest's
+# replay, so an edit judged on replay behaves the same way when it trains. Never the evaluator's ``verified``.
+HARNESS_VIEW = ("phase", "step", "group_id", "sample_idx", "task", "task_id", "difficulty", "prompt", "completion",
+                "completion_tokens", "truncated", "reward", "reward_components", "advantage")
+
+
+def harness_view(row: dict, task: dict, *, decided: bool = False) -> dict:
+    """One rollout as harness code sees it: the HARNESS_VIEW fields (``task`` is the training task, answer
+    included); with ``decided``, also ``kept`` and the advantage it trained with (what diagnostics see)."""
+    view = {k: row[k] for k in HARNESS_VIEW if k not in ("task", "task_id", "difficulty")}
+    view.update(task=task, task_id=task["id"], difficulty=task["difficulty"])
+    if decided:
+        view["kept"] = bool(row["kept"])
+    return view
+
+
+def trained(row: dict) -> bool:
+    """Whether a logged rollout trained: kept by the filters and not masked out as truncated."""
+    return bool(row["kept"]) and not (row.get("extra") or {}).get("masked_truncated", False)
+
 
 def write_rollouts(rollouts: Iterable[Rollout], path: Path) -> None:
     rows = []

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from evotrainer.rollouts import HARNESS_VIEW
+
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "harness_repo" / "math"
 EVOTRAINER = [sys.executable, "-m", "evotrainer.cli"]
@@ -24,6 +26,24 @@ FAST = [
     "training.steps_per_phase=6", "training.prompts_per_step=4", "training.eval_size=40",
     "training.train_pool_size=400", "backtest.pilot_steps=2",
 ]
+
+
+# filters.py that fails (an AssertionError in the sandbox) unless it gets exactly the harness view of a rollout:
+# run in a training phase and in a backtest replay, it holds both to the one definition
+VIEW_CHECKING_FILTERS = '''
+EXPECTED = %r
+
+
+def keep_rollout(rollout):
+    assert sorted(rollout) == EXPECTED, sorted(rollout)
+    assert rollout["task"]["difficulty"] == rollout["difficulty"] and rollout["task"]["id"] == rollout["task_id"]
+    assert "answer" in rollout["task"] and isinstance(rollout["advantage"], float)
+    return True
+
+
+def keep_group(group):
+    return all(keep_rollout(r) for r in group) and len({r["group_id"] for r in group}) == 1
+''' % sorted(HARNESS_VIEW)
 
 
 def task(i: int, level: str = "1", answer: str = "9") -> dict:

@@ -15,7 +15,7 @@ from evotrainer.backtest import run_backtest
 from evotrainer.contracts import Candidate
 from evotrainer.harness import HarnessRepo, read_knobs
 from evotrainer.sandbox import SandboxLimits
-from tests.conftest import rollouts, tasks_for
+from tests.conftest import VIEW_CHECKING_FILTERS, rollouts, tasks_for
 
 LIMITS = SandboxLimits(memory_mb=1024, cpu_s=60, call_timeout_s=5)
 
@@ -119,3 +119,14 @@ def test_broken_knobs_are_rejected_before_any_code_runs(repo, rows):
     report = _judge(repo, cand, rows)
     assert report.verdict == "reject"
     assert report.reasons[0].startswith("knobs_valid: harness.yaml: group_size")
+
+
+def test_filters_see_the_same_rollout_fields_in_replay_as_in_training(repo, rows, tmp_path):
+    from evotrainer.backtest import replay
+    from evotrainer.sandbox import HarnessWorker
+
+    cand = _commit(repo, {"filters.py": VIEW_CHECKING_FILTERS}, "filters.keep_rollout", "kept_fraction", "down")
+    harness = repo.export(cand.sha, tmp_path / "candidate")
+    with HarnessWorker(harness, limits=LIMITS) as worker:  # raises HarnessError if the view differs
+        out = replay(worker, harness, rows, tasks_for(rows))
+    assert all(r["kept"] for r in out["rows"])  # test_trainer runs the same filter in a real GRPO phase

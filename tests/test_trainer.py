@@ -16,8 +16,9 @@ import torch
 from evotrainer import config as C
 from evotrainer.harness import HarnessRepo
 from evotrainer.rollouts import read_rollouts
+from evotrainer.rollouts import trained as did_train
 from evotrainer.rundir import RunDir
-from tests.conftest import FAST
+from tests.conftest import FAST, VIEW_CHECKING_FILTERS
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,21 @@ def test_group_filter_decides_what_trains(run_dir: RunDir):
     kept = run_phase(_request(run_dir, 2, repo.sha("main")))
     rows = read_rollouts(Path(kept.rollout_path))
     assert all(r["kept"] for r in rows) and kept.skipped_batches == 0
+
+    # filters see exactly the rollout fields they see in the backtest's replay (test_backtest runs the same one)
+    checking = repo.commit_candidate("candidates/test-view", repo.sha("main"), {"filters.py": VIEW_CHECKING_FILTERS},
+                                     "filters: check the view", "test", {})
+    assert run_phase(_request(run_dir, 3, checking)).steps == 3
+
+    # truncated completions that TRL masks out of the loss are logged as not trained
+    knobs = repo.show_file("main", "harness.yaml").replace("max_completion_length: 8", "max_completion_length: 2")
+    knobs = knobs.replace("mask_truncated_completions: false", "mask_truncated_completions: true")
+    masking = repo.commit_candidate("candidates/test-mask", repo.sha("main"), {"harness.yaml": knobs},
+                                    "harness.yaml: mask truncated", "test", {})
+    rows = read_rollouts(Path(run_phase(_request(run_dir, 4, masking)).rollout_path))
+    cut = [r for r in rows if r["truncated"]]
+    assert cut and all(r["advantage"] == 0.0 and r["extra"] == {"masked_truncated": True} for r in cut)
+    assert not any(did_train(r) for r in cut) and all(did_train(r) for r in rows if not r["truncated"])
     trained = _weights(kept.checkpoint_path)
     assert any(not torch.equal(base[k], trained[k]) for k in base), "the seed harness did not train"
     assert 0.0 <= kept.eval.accuracy <= 1.0 and kept.eval.n == 40

@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 from evotrainer.contracts import EvalResult, PhaseResult, Rollout
 from evotrainer.domains import get_domain
 from evotrainer.harness import HarnessRepo, Knobs, read_knobs
-from evotrainer.rollouts import group_stats, level_history, read_rollouts, write_rollouts
+from evotrainer.rollouts import group_stats, harness_view, level_history, read_rollouts, write_rollouts
 
 
 class PhaseRequest(BaseModel):
@@ -105,8 +105,8 @@ def make_trainer_class():
             n = output["advantages"].shape[0]
             if len(batch) != n:
                 raise RuntimeError(f"rollout buffer out of step with the batch ({len(batch)} vs {n})")
-            kept = self.hooks.decide(batch, self.num_generations, self.state.global_step + 1)
             advantages = output["advantages"].detach().cpu().tolist()
+            kept = self.hooks.decide(batch, advantages, self.num_generations, self.state.global_step + 1)
             keep_idx = [i for i, k in enumerate(kept) if k]
             if not keep_idx:
                 output["advantages"] = torch.zeros_like(output["advantages"])
@@ -167,32 +167,29 @@ class HarnessHooks:
         return batch
 
     # filters --------------------------------------------------------------------------------------------------
-    def decide(self, batch: list[dict], group_size: int, step: int) -> list[bool]:
+    def decide(self, batch: list[dict], advantages: list[float], group_size: int, step: int) -> list[bool]:
         groups = []
         for g in range(0, len(batch), group_size):
             gid = f"p{self.phase}-s{step}-g{g // group_size}"
             members = batch[g : g + group_size]
             for i, s in enumerate(members):
-                s["group_id"], s["sample_idx"], s["step"] = gid, i, step
-            groups.append([harness_view(s) for s in members])
+                s.update(group_id=gid, sample_idx=i, step=step, phase=self.phase, advantage=advantages[g + i])
+            groups.append([harness_view(s, s["task"]) for s in members])
         flags = self.worker.filter(groups)
         return [bool(f) for grp in flags for f in grp]
 
     def log(self, batch: list[dict], kept: list[bool], advantages: list[float]) -> None:
         for s, keep, adv in zip(batch, kept, advantages):
             self.tokens += s["completion_tokens"]
+            masked = self.knobs.mask_truncated_completions and s["truncated"]  # TRL masks these out of the loss
             self.rollouts.append(Rollout(
                 phase=self.phase, step=s["step"], harness_sha=self.sha, group_id=s["group_id"],
                 sample_idx=s["sample_idx"], task_id=s["task"]["id"], difficulty=s["task"]["difficulty"],
                 prompt=s["prompt"], completion=s["completion"], completion_tokens=s["completion_tokens"],
                 truncated=s["truncated"], reward=s["reward"], reward_components=s["reward_components"],
-                verified=s["verified"], advantage=float(adv) if keep else 0.0, kept=keep,
+                verified=s["verified"], advantage=float(adv) if keep and not masked else 0.0, kept=keep,
+                extra={"masked_truncated": True} if masked else {},
             ))
-
-
-def harness_view(sample: dict) -> dict:
-    """What harness filters may see of a rollout: everything except the evaluator's ``verified``."""
-    return {k: v for k, v in sample.items() if k != "verified"}
 
 
 class PolicyLoadError(RuntimeError):

@@ -1,6 +1,7 @@
 """Diagnostic metrics of a phase's rollouts, each with an alert threshold. The registry grows over the run.
 
-Every metric takes the list of rollouts (see filters.py; plus kept and advantage) and returns a float.
+Every metric takes the list of rollouts (the fields of filters.py, plus kept, the filters' decision; advantage
+is then the one the rollout trained with, 0 when it did not train) and returns a float.
 A backtest fails a candidate that pushes a metric registered here past its threshold.
 """
 
