@@ -195,12 +195,13 @@ def _reweight_curriculum(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     return {"harness.yaml": text} if changed else None
 
 
-def _knob(key: str, compute: Callable[[Knobs], float | int | None]):
+def _knob(key: str, compute: Callable[[Knobs], float | int | str | None]):
     def edit(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
         value = compute(knobs)
         if value is None or value == getattr(knobs, key):
             return None
-        return {"harness.yaml": set_yaml_scalar(files["harness.yaml"], key, _fmt(value))}
+        text = value if isinstance(value, str) else _fmt(value)
+        return {"harness.yaml": set_yaml_scalar(files["harness.yaml"], key, text)}
 
     return edit
 
@@ -250,6 +251,11 @@ PLAYBOOK: list[Intervention] = [
         "larger_groups", ("dead_groups",), "harness.yaml:group_size", "dead_group_ratio", "down", True,
         "the group size doubles", "a larger group is more likely to contain both outcomes",
         _knob("group_size", lambda k: min(k.group_size * 2, 16) if k.group_size < 16 else None)),
+    Intervention(
+        "dr_grpo_loss", ("length_growth",), "harness.yaml:loss_type", "completion_tokens_mean", "down", True,
+        "the loss switches to Dr. GRPO (no per-sequence length normalisation)",
+        "normalising by each completion's length penalises a long wrong completion less per token, which "
+        "rewards rambling", _knob("loss_type", lambda k: "dr_grpo" if k.loss_type == "grpo" else None)),
     Intervention(
         "lower_learning_rate", ("accuracy_regression", "edit_regression"), "harness.yaml:learning_rate",
         "verified_rate", "up", True, "the learning rate halves", "the last phase overshot",

@@ -21,6 +21,7 @@ training run can judge (most RL knobs) are marked ``needs_pilot`` in the playboo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import tempfile
@@ -33,7 +34,7 @@ from evotrainer.contracts import BacktestReport, Candidate, Check
 from evotrainer.harness import HarnessRepo, KnobsError, read_knobs
 from evotrainer.metrics import alignment, bootstrap_groups, stdev
 from evotrainer.rollouts import SPREAD_EPS, groups_of, group_stats, harness_view, level_history
-from evotrainer.sandbox import HarnessError, HarnessWorker, SandboxLimits
+from evotrainer.sandbox import HarnessError, HarnessWorker, SandboxLimits, run_selftest
 
 
 def _advantages(rows: list[dict], scale: str) -> None:
@@ -149,8 +150,9 @@ def _diag_checks(main_registry: dict, cand_values: dict) -> list[Check]:
         def within(v):
             return (lo is None or v >= lo) and (hi is None or v <= hi)
 
+        # outside the bounds on main already: the candidate must not be further out on the side main is
         ok = within(cand) or (base is not None and not within(base) and
-                              (hi is None or cand <= base) and (lo is None or cand >= base))
+                              (cand <= base if hi is not None and base > hi else cand >= base))
         checks.append(Check(name=f"diagnostic:{name}", base=base, candidate=cand,
                             threshold=hi if hi is not None else lo, passed=ok,
                             detail="" if ok else f"outside its alert threshold (min {lo}, max {hi})"))
@@ -159,8 +161,12 @@ def _diag_checks(main_registry: dict, cand_values: dict) -> list[Check]:
 
 def run_backtest(repo: HarnessRepo, candidate: Candidate, rollouts: list[dict], tasks: dict[str, dict], *,
                  main_sha: str, limits: SandboxLimits, backend: str, hide: list[str], time_budget_s: float,
-                 bootstrap: int, tolerance: float, pilot: dict | None = None) -> BacktestReport:
-    """Compute every check of ``candidate`` against ``main_sha`` on ``rollouts``; verdict by all-pass."""
+                 bootstrap: int, tolerance: float, pilot: dict | None = None, test_timeout_s: float = 60
+                 ) -> BacktestReport:
+    """Compute every check of ``candidate`` against ``main_sha`` on ``rollouts``; verdict by all-pass.
+
+    The candidate's self-tests run first, in a sandbox process of their own limited to ``test_timeout_s``.
+    """
     t0 = time.time()
     checks: list[Check] = []
     noise = 0.0
@@ -178,7 +184,8 @@ def run_backtest(repo: HarnessRepo, candidate: Candidate, rollouts: list[dict], 
                 HarnessWorker(cand_dir, limits=limits, backend=backend, hide=hide) as wc:
             sandbox_name = wc.backend
             try:
-                tests = wc.selftest()
+                tests = run_selftest(cand_dir, limits=dataclasses.replace(limits, call_timeout_s=test_timeout_s),
+                                     backend=backend, hide=hide)
                 failed = tests["failed"]
                 checks.append(Check(name="self_tests", base=None, candidate=float(len(tests["passed"])),
                                     threshold=float(tests["n"]), passed=not failed and tests["n"] > 0,
@@ -194,13 +201,13 @@ def run_backtest(repo: HarnessRepo, candidate: Candidate, rollouts: list[dict], 
                     checks.append(Check(name="replay", passed=False, detail=str(err)))
                 else:
                     checks.append(Check(name="replay", passed=True, detail=f"{len(rollouts)} rollouts"))
-                    cand_mix = cand["mix"] if cand["mix"] != base["mix"] else None
-                    noise, more = _metric_checks(base, cand, cand_mix, candidate, bootstrap, tolerance,
+                    noise, more = _metric_checks(base, cand, candidate, bootstrap, tolerance,
                                                  offline_target=pilot is None)
                     checks += more
                     checks += _diag_checks(base["registry"], _registry_on(wb, cand["rows"], tasks))
         if pilot is not None:
             checks.append(pilot_check(pilot, candidate))
+            noise = pilot.get("noise", {}).get(candidate.target_metric, 0.0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     runtime = time.time() - t0
@@ -221,8 +228,8 @@ def _registry_on(main_worker: HarnessWorker, rows: list[dict], tasks: dict[str, 
     return main_worker.diagnostics([harness_view(r, tasks[r["task_id"]], decided=True) for r in rows])
 
 
-def _metric_checks(base: dict, cand: dict, cand_mix: dict | None, candidate: Candidate, bootstrap: int,
-                   tolerance: float, offline_target: bool = True) -> tuple[float, list[Check]]:
+def _metric_checks(base: dict, cand: dict, candidate: Candidate, bootstrap: int, tolerance: float,
+                   offline_target: bool = True) -> tuple[float, list[Check]]:
     b_rows, c_rows = base["rows"], cand["rows"]
     checks = []
     for name, worse in (("ordering_violations", "up"), ("reward_verified_auc", "down")):
@@ -245,9 +252,12 @@ def _metric_checks(base: dict, cand: dict, cand_mix: dict | None, candidate: Can
                             detail="cannot be measured on retained rollouts (needs a pilot)"))
         return 0.0, checks
     stat = METRICS[target]
-    bv = mixed(b_rows, stat, None)
-    cv = mixed(c_rows, stat, cand_mix)
-    noise = 1.96 * stdev(bootstrap_groups(b_rows, stat, bootstrap))
+    # a curriculum edit changes which levels train: weigh each side's rows by its own level mix (main's
+    # configured mix, not the rows' empirical one, so sampling luck is not credited to the candidate)
+    b_mix, c_mix = (base["mix"], cand["mix"]) if cand["mix"] != base["mix"] else (None, None)
+    bv = mixed(b_rows, stat, b_mix)
+    cv = mixed(c_rows, stat, c_mix)
+    noise = 1.96 * stdev(bootstrap_groups(b_rows, lambda rs: mixed(rs, stat, b_mix), bootstrap))
     gain = (cv - bv) if candidate.direction == "up" else (bv - cv)
     ok = gain > noise and gain > SPREAD_EPS
     checks.append(Check(name=f"target:{target}", base=round(bv, 4), candidate=round(cv, 4),

@@ -34,7 +34,7 @@ from evotrainer.console import Reporter
 from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, EvalResult, PhaseResult
 from evotrainer.domains import get_domain
 from evotrainer.harness import HarnessRepo, read_knobs
-from evotrainer.metrics import bootstrap_groups, stdev, wilson
+from evotrainer.metrics import difference_noise, wilson
 from evotrainer.rollouts import group_stats, harness_view, level_history, read_rollouts, trained
 from evotrainer.rundir import RunDir
 from evotrainer.sandbox import HarnessWorker, SandboxLimits
@@ -381,9 +381,11 @@ class _Bench:
             self._main_pilot = {"rows": self._pilot_rows(self.main_sha)}
         base_rows = self._main_pilot["rows"]
         cand_rows = self._pilot_rows(candidate.sha)
-        names = ["dead_group_ratio", "truncation_rate", "verified_rate", "kept_fraction", "reward_mean"]
-        noise = {n: 1.96 * stdev(bootstrap_groups(base_rows, lambda rs, n=n: group_stats(rs)[n],
-                                                  self.rt.cfg.backtest.bootstrap)) for n in names}
+        names = ["dead_group_ratio", "truncation_rate", "verified_rate", "kept_fraction", "reward_mean",
+                 "completion_tokens_mean"]
+        # main's and the candidate's pilots are independent runs: the noise is that of their difference
+        noise = {n: difference_noise(base_rows, cand_rows, lambda rs, n=n: group_stats(rs)[n],
+                                     self.rt.cfg.backtest.bootstrap) for n in names}
         return {"base": group_stats(base_rows), "candidate": group_stats(cand_rows), "noise": noise,
                 "rollouts": len(cand_rows)}
 
@@ -392,7 +394,7 @@ class _Bench:
         return run_backtest(
             self.rt.repo, candidate, self.rollouts, self.rt.tasks(), main_sha=self.main_sha, limits=self.rt.limits,
             backend=self.rt.cfg.sandbox.backend, hide=[str(self.rt.rd.evaluator)], time_budget_s=b.time_budget_s,
-            bootstrap=b.bootstrap, tolerance=b.alignment_tolerance, pilot=pilot,
+            bootstrap=b.bootstrap, tolerance=b.alignment_tolerance, pilot=pilot, test_timeout_s=b.test_timeout_s,
         )
 
 

@@ -33,16 +33,28 @@ def rate_evidence(name: str, hits: float, n: int, threshold: float | None = None
 
 def bootstrap_groups(rollouts: list[dict], stat: Callable[[list[dict]], float], resamples: int = 200,
                      seed: int = 0) -> list[float]:
-    """``stat`` over ``resamples`` resamples of whole groups (with replacement)."""
+    """``stat`` over ``resamples`` resamples of whole groups (with replacement).
+
+    A group drawn twice is relabelled, so that group-level statistics count it twice; under its own id the two
+    copies would merge into one group and the resample would act like a subsample, shrinking the spread.
+    """
     groups = list(groups_of(rollouts).values())
     if not groups:
         return [0.0]
     rng = random.Random(seed)
     out = []
     for _ in range(resamples):
-        sample = [r for _ in groups for r in rng.choice(groups)]
+        sample = [{**r, "group_id": f"{r['group_id']}#{i}"} for i in range(len(groups)) for r in rng.choice(groups)]
         out.append(stat(sample))
     return out
+
+
+def difference_noise(base: list[dict], candidate: list[dict], stat: Callable[[list[dict]], float],
+                     resamples: int = 200) -> float:
+    """1.96 x the bootstrap standard deviation of ``stat(candidate) - stat(base)`` for two independent samples."""
+    sd_base = stdev(bootstrap_groups(base, stat, resamples))
+    sd_cand = stdev(bootstrap_groups(candidate, stat, resamples, seed=1))
+    return 1.96 * math.sqrt(sd_base ** 2 + sd_cand ** 2)
 
 
 def interval(values: list[float]) -> tuple[float, float]:

@@ -1,0 +1,46 @@
+"""The statistics behind every interval and noise floor: the group bootstrap must have the spread of the truth."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from evotrainer.metrics import bootstrap_groups, difference_noise, stdev, wilson
+from evotrainer.rollouts import group_stats
+
+
+def groups(n: int, dead_share: float, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for g in range(n):
+        dead = rng.random() < dead_share
+        for k in range(8):
+            rows.append({"group_id": f"g{g}", "reward": 0.0 if dead else float(k % 2), "kept": True,
+                         "verified": not dead and k % 2 == 1, "truncated": False, "completion_tokens": 3})
+    return rows
+
+
+def dead(rs: list[dict]) -> float:
+    return group_stats(rs)["dead_group_ratio"]
+
+
+def test_group_bootstrap_has_the_binomial_spread_of_a_group_share():
+    rows = groups(200, 0.3)
+    p = dead(rows)
+    expected = math.sqrt(p * (1 - p) / 200)  # each group is one Bernoulli draw
+    assert stdev(bootstrap_groups(rows, dead, 400)) == pytest.approx(expected, rel=0.15)
+
+
+def test_noise_of_a_difference_of_two_independent_samples_is_wider_than_either():
+    base, cand = groups(200, 0.3, seed=1), groups(200, 0.3, seed=2)
+    one = 1.96 * stdev(bootstrap_groups(base, dead, 400))
+    assert difference_noise(base, cand, dead, 400) == pytest.approx(one * math.sqrt(2), rel=0.2)
+
+
+def test_wilson_interval_contains_the_estimate_and_shrinks_with_n():
+    lo, hi = wilson(30, 100)
+    assert lo < 0.3 < hi
+    lo2, hi2 = wilson(300, 1000)
+    assert hi2 - lo2 < hi - lo and wilson(0, 0) == (0.0, 1.0)
