@@ -130,3 +130,24 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
     remote = TrainerClient("http://127.0.0.1:9")  # nothing listens there, and it is not ours to restart
     with pytest.raises(TrainerLost, match="not started by this run"):
         remote.evaluate(str(run_dir.root), base, "math", 8)
+
+
+def test_a_step_whose_rollouts_are_all_filtered_out_leaves_the_weights_alone(run_dir: RunDir):
+    """Not even through the optimizer's momentum or weight decay: 3 steps of which only the first keeps anything
+    end with exactly the weights of a 1-step phase (same phase number, so the same seeds and first tasks)."""
+    from evotrainer.trainer.grpo import run_phase
+
+    repo = HarnessRepo(run_dir.harness)
+    src = repo.show_file("main", "filters.py").replace(
+        "def keep_group(group: list[dict]) -> bool:\n    return True",
+        "def keep_group(group: list[dict]) -> bool:\n    return group[0][\"step\"] == 1")
+    first_only = repo.commit_candidate("candidates/test-first-step", repo.sha("main"), {"filters.py": src},
+                                       "filters.keep_group: train on step 1 only", "test", {})
+    three = run_phase(_request(run_dir, 9, first_only))
+    assert three.skipped_batches == 2
+    after_three = _weights(three.checkpoint_path)
+    one = run_phase(_request(run_dir, 9, repo.sha("main")).model_copy(update={"steps": 1}))
+    after_one = _weights(one.checkpoint_path)
+    base = _weights(str(run_dir.root / "policy" / "base"))
+    assert any(not torch.equal(base[k], after_one[k]) for k in base), "step 1 did not train"
+    assert all(torch.equal(after_one[k], after_three[k]) for k in base), "a filtered-out step moved the weights"

@@ -77,8 +77,12 @@ def sample_tasks(pool: list[dict], weights: dict[str, float], n: int, rng: rando
     levels = [lv for lv in by_level if weights.get(lv, 0) > 0]
     if not levels:
         raise ValueError("curriculum gives zero weight to every level that has tasks")
-    picks = rng.choices(levels, weights=[weights[lv] for lv in levels], k=n)
-    return [rng.choice(by_level[lv]) for lv in picks]
+    level_weights = [weights[lv] for lv in levels]
+    out = []
+    for _ in range(n):  # level and task drawn together: a longer phase starts with a shorter one's tasks
+        level = rng.choices(levels, weights=level_weights)[0]
+        out.append(rng.choice(by_level[level]))
+    return out
 
 
 def make_trainer_class():
@@ -91,13 +95,23 @@ def make_trainer_class():
 
         ``_generate_and_score_completions`` is TRL's batch-making step (generate, score, compute advantages).
         After it, the harness filters decide which rollouts train; the rejected rows are removed from every
-        per-sample tensor, so they add neither gradient nor dilution to the loss. When nothing is kept the
-        batch trains with zero advantage and an empty loss mask (a no-op step), and is counted as skipped.
+        per-sample tensor, so they add neither gradient nor dilution to the loss. When nothing is kept, the step
+        makes no update at all: the loss has no graph, no parameter gets a gradient, and the optimizer skips
+        parameters without one (no momentum, no weight decay). Such a step is counted as skipped. This relies on
+        one optimizer step per generated batch (steps_per_generation = 1, no gradient accumulation).
         """
 
         def __init__(self, *args, harness_hooks, **kwargs):
             super().__init__(*args, **kwargs)
+            if self.args.steps_per_generation != 1 or self.args.gradient_accumulation_steps != 1:
+                raise ValueError("the harness filter hook needs one optimizer step per generated batch")
             self.hooks = harness_hooks
+            self._skip_update = False
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if self._skip_update:  # every rollout of this batch was filtered out
+                return torch.zeros((), device=inputs["advantages"].device, requires_grad=True)
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
@@ -108,6 +122,7 @@ def make_trainer_class():
             advantages = output["advantages"].detach().cpu().tolist()
             kept = self.hooks.decide(batch, advantages, self.num_generations, self.state.global_step + 1)
             keep_idx = [i for i, k in enumerate(kept) if k]
+            self._skip_update = not keep_idx
             if not keep_idx:
                 output["advantages"] = torch.zeros_like(output["advantages"])
                 output["completion_mask"] = torch.zeros_like(output["completion_mask"])
