@@ -82,7 +82,8 @@ class EvolutionConfig(_Section):
     )
     max_evidence_rounds: int = Field(1, ge=0, description="times the Critic may send diagnoses back for evidence")
     max_promotions_per_phase: int = Field(
-        1, ge=0, description="passing candidates merged per phase (1 keeps each edit's effect attributable)"
+        1, ge=0, le=1, description="passing candidates merged per phase: 1, or 0 to keep the harness fixed. Each "
+        "edit reaches main alone, judged against the main it merges into, so its effect stays attributable"
     )
 
 

@@ -209,9 +209,13 @@ def build_graph(rt: Runtime, checkpointer):
             knobs=read_knobs_at(rt, base), domain=rt.cfg.domain, tried=list(state.get("tried", [])),
             rejections=rejections, pilot=rt.cfg.backtest.pilot_steps > 0, level_stats=level_history(rows),
         )
+        t0 = time.time()
         candidates = rt.agents.engineer.propose(diagnoses, ctx, skills)
         for c in candidates:
             rt.emit("candidate", phase=state["phase"], **c.model_dump(mode="json"))
+        rt.emit("node_end", node="engineer", phase=state["phase"], agent="engineer", model=rt.cfg.agents.engineer.model,
+                round=ctx.round, candidates=[c.branch for c in candidates],
+                skills_retrieved={k: [x.id for x in v] for k, v in skills.items()}, seconds=round(time.time() - t0, 2))
         return {"candidates": [c.model_dump(mode="json") for c in candidates],
                 "tried": [*state.get("tried", []), *(c.intervention for c in candidates)],
                 "engineer_round": state.get("engineer_round", 0) + 1}
@@ -292,6 +296,7 @@ def build_graph(rt: Runtime, checkpointer):
     def librarian(state: RunState) -> dict:
         phase = state["phase"]
         lib = rt.agents.librarian
+        t0 = time.time()
         diags = {d["id"]: Diagnosis.model_validate(d) for d in state.get("diagnoses", [])}
         cands = {c["branch"]: Candidate.model_validate(c) for c in _all_candidates(rt, state)}
         for r in state.get("reports", []):
@@ -307,6 +312,9 @@ def build_graph(rt: Runtime, checkpointer):
             lib.record_effect(promo, effect, rt.cfg.domain)
             rt.emit("realized_effect", phase=phase, branch=promo["branch"], **effect)
             effects.append({"branch": promo["branch"], **effect})
+        rt.emit("node_end", node="librarian", phase=phase, agent="librarian", model=rt.cfg.agents.librarian.model,
+                outcomes=len(state.get("reports", [])), effects=[e["branch"] for e in effects],
+                seconds=round(time.time() - t0, 2))
         held = {e["branch"]: e["reason"] for e in rt.rd.events.read("not_promoted") if e.get("phase") == phase}
         summary = _summary(state, effects, list(cands.values()), held, rt.baseline)
         rt.reporter.phase_summary(summary)

@@ -83,9 +83,9 @@ def harness_log(rd: RunDir) -> list[dict]:
 
 def resolve(repo: HarnessRepo, ref: str) -> str:
     for candidate in (ref, f"candidates/{ref}", f"candidates/phase-{ref}"):
-        try:
-            return repo.repo.rev_parse(candidate).hexsha
-        except (git.BadName, ValueError, git.BadObject):
+        try:  # ^{commit} peels an annotated tag (phase-N) to the commit it marks
+            return repo.repo.rev_parse(f"{candidate}^{{commit}}").hexsha
+        except (git.BadName, ValueError, git.BadObject, KeyError, IndexError):
             continue
     raise ValueError(f"unknown ref {ref!r} (try a branch like candidates/phase-1-1, a tag like phase-2, or a sha)")
 

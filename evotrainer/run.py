@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from evotrainer.config import apply_overrides
 from evotrainer.console import Reporter
 from evotrainer.rundir import RunDir, RunDirError
 
@@ -35,7 +36,7 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
     if st.get("state") == "running":
         raise RunDirError(f"{rd.root}: already being run by process {st.get('pid')}")
     if phases is not None and phases != cfg.phases:
-        cfg.phases = phases
+        cfg = apply_overrides(cfg, [f"phases={phases}"])  # a bad value fails here, with one line
         rd.save_config(cfg)
     rd.set_status("running", node="start", started=time.time())
     rd.events.emit("run_start", phases=cfg.phases)

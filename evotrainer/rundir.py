@@ -81,28 +81,35 @@ class RunDir:
         config_mod.dump(cfg, self.config_path)
 
     def init(self, cfg: Config, log=print) -> None:
-        from evotrainer.harness import HarnessRepo
+        """Make a fresh run directory. It is built in a hidden sibling folder and renamed into place, so a kill
+        during ``init`` leaves either nothing or a complete run directory."""
+        import shutil
 
+        from evotrainer.harness import HarnessRepo
         from evotrainer.policy import resolve_model
 
         if self.root.exists() and any(self.root.iterdir()):
             raise RunDirError(f"{self.root}: already exists and is not empty (choose a new directory)")
         cfg = cfg.model_copy(deep=True)
         cfg.policy.model = resolve_model(cfg.policy.model)  # a local folder is kept as an absolute path
-        self.root.mkdir(parents=True, exist_ok=True)
-        for d in (self.rollouts, self.checkpoints, self.evaluator, self.scratch):
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        for stale in self.root.parent.glob(f".{self.root.name}.init-*"):  # left by a killed init
+            shutil.rmtree(stale, ignore_errors=True)
+        stage = RunDir(self.root.parent / f".{self.root.name}.init-{os.getpid()}")
+        for d in (stage.rollouts, stage.checkpoints, stage.evaluator, stage.scratch):
             d.mkdir(parents=True, exist_ok=True)
-        self.save_config(cfg)
+        stage.save_config(cfg)
         domain = get_domain(cfg.domain)
         log(f"generating {cfg.domain} tasks (training pool {cfg.training.train_pool_size}, "
             f"held-out {cfg.training.eval_size})")
         train, held_out = domain.generate(cfg.seed, cfg.training.train_pool_size, cfg.training.eval_size)
-        write_jsonl(self.train_tasks_path, train)
-        write_jsonl(self.eval_split, held_out)
-        (self.evaluator / "verifier.json").write_text(json.dumps(
+        write_jsonl(stage.train_tasks_path, train)
+        write_jsonl(stage.eval_split, held_out)
+        (stage.evaluator / "verifier.json").write_text(json.dumps(
             {"domain": cfg.domain, "prompt": "canonical", "max_new_tokens": cfg.training.eval_max_new_tokens,
              "decoding": "greedy", "n": len(held_out)}, indent=1))
-        HarnessRepo.create(self.harness, cfg.domain)
+        HarnessRepo.create(stage.harness, cfg.domain)
+        os.rename(stage.root, self.root)  # also over an empty folder the user made
         self.events.emit("init", run=cfg.name, domain=cfg.domain, train_tasks=len(train), eval_tasks=len(held_out))
         self.set_status("initialized", phase=0)
 
@@ -140,7 +147,8 @@ class RunDir:
         old = self.status(raw=True)
         if old.get("state") != state:  # a new state's explanation replaces the last one's
             old = {k: v for k, v in old.items() if k not in ("detail", "error")}
-        data = {**old, "state": state, "pid": os.getpid(), "updated": time.time(), **fields}
+        data = {**old, "state": state, "pid": os.getpid(), "pid_started": _started(os.getpid()),
+                "updated": time.time(), **fields}
         tmp = self.status_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(self.status_path)
@@ -150,27 +158,37 @@ class RunDir:
             data = json.loads(self.status_path.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return {}
-        if not raw and data.get("state") == "running" and not _alive(data.get("pid")):
+        if not raw and data.get("state") == "running" and not _alive(data.get("pid"), data.get("pid_started")):
             data["state"] = "paused"
             data["detail"] = "the run process is gone (killed?); `evotrainer run` resumes where it stopped"
         return data
 
 
-def _alive(pid) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except (ProcessLookupError, ValueError):
-        return False
-    except PermissionError:
-        return True
+def _started(pid: int) -> float | None:
     import psutil
 
     try:
-        return psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _alive(pid, started: float | None = None) -> bool:
+    """Whether the process that wrote the status still runs: the same pid, started at the same time (a pid
+    reused by another process after a reboot or a container restart does not count), and not this process."""
+    import psutil
+
+    if not pid or int(pid) == os.getpid():
         return False
+    try:
+        proc = psutil.Process(int(pid))
+        if started is not None and abs(proc.create_time() - started) > 1:
+            return False
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, ValueError):
+        return False
+    except psutil.AccessDenied:
+        return True
 
 
 __all__ = ["RunDir", "RunDirError", "ConfigError"]

@@ -110,3 +110,23 @@ def test_cli_reports_one_readable_line_and_creates_nothing(tmp_path: Path, cli_e
     proc = cli(["run", str(tmp_path / "nowhere")], cli_env, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr
     assert "nowhere" in proc.stdout
+
+
+def test_a_killed_init_leaves_nothing_half_made(tmp_path: Path, cli_env):
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import EVOTRAINER
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([*EVOTRAINER, "init", str(run_dir)], env=cli_env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not list(tmp_path.glob(".run.init-*")) and time.time() < deadline:  # the build has started
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not run_dir.exists()  # nothing that looks like a run directory
+    cli(["init", str(run_dir), "--set", "training.train_pool_size=400", "--set", "training.eval_size=40"], cli_env)
+    assert (run_dir / "harness" / ".git").is_dir() and not list(tmp_path.glob(".run.init-*"))

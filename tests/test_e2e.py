@@ -81,6 +81,10 @@ def check_finished_run(run_dir: Path, phases: int, env: dict) -> dict:
     done = {(e["node"], e["phase"]) for e in events if e["kind"] == "node"}
     for phase in range(1, phases + 1):
         assert {("train", phase), ("diagnose", phase), ("critique", phase), ("librarian", phase)} <= done
+        calls = {e["agent"] for e in events if e.get("agent") and e.get("phase") == phase}
+        assert {"diagnostician", "critic", "librarian"} <= calls, calls  # every agent call, with its model
+        made = [e for e in events if e["kind"] == "candidate" and e["phase"] == phase]
+        assert not made or {"engineer", "backtester"} <= calls, calls
     assert not trainer_processes(run_dir), "a trainer service outlived its run"
     assert not (run_dir / "trainer.json").exists()
     return status

@@ -157,7 +157,13 @@ def _watch_parent(pid: int) -> None:
     import psutil
 
     while True:
-        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+        try:
+            gone = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            gone = True
+        except psutil.Error:  # e.g. access denied: it exists
+            gone = False
+        if gone:
             os._exit(0)
         time.sleep(0.5)
 
