@@ -140,7 +140,7 @@ def _registry(rt: Runtime, sha: str, rollouts: list[dict]) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         hdir = rt.repo.export(sha, Path(tmp) / "h")
-        with HarnessWorker(hdir, limits=rt.limits, backend=rt.cfg.sandbox.backend, hide=[str(rt.rd.evaluator)]) as w:
+        with HarnessWorker(hdir, limits=rt.limits, backend=rt.cfg.sandbox.backend, hide=rt.rd.hidden_from_harness()) as w:
             try:
                 tasks = rt.tasks()
                 return w.diagnostics([harness_view(r, tasks[r["task_id"]], decided=True) for r in rollouts])
@@ -401,7 +401,7 @@ class _Bench:
         b = self.rt.cfg.backtest
         return run_backtest(
             self.rt.repo, candidate, self.rollouts, self.rt.tasks(), main_sha=self.main_sha, limits=self.rt.limits,
-            backend=self.rt.cfg.sandbox.backend, hide=[str(self.rt.rd.evaluator)], time_budget_s=b.time_budget_s,
+            backend=self.rt.cfg.sandbox.backend, hide=self.rt.rd.hidden_from_harness(), time_budget_s=b.time_budget_s,
             bootstrap=b.bootstrap, tolerance=b.alignment_tolerance, pilot=pilot, test_timeout_s=b.test_timeout_s,
         )
 

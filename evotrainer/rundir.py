@@ -64,6 +64,11 @@ class RunDir:
     def skills_path(self, cfg: Config) -> Path:
         return Path(cfg.skills.path).expanduser().resolve() if cfg.skills.path else self.root / "skills"
 
+    def hidden_from_harness(self) -> list[str]:
+        """What sandboxed harness code must never see: the whole run directory (held-out split, rollouts with
+        ``verified``, checkpoints, the harness repo itself) and the skill library."""
+        return [str(self.root), str(self.skills_path(self.load_config()))]
+
     @property
     def events(self) -> EventLog:
         return EventLog(self.events_path)

@@ -5,17 +5,34 @@ and is untrusted, so it never runs in the framework's process. A ``HarnessWorker
 sandboxed process running ``sandbox/runner.py`` (standard library only) on one harness directory and talks to
 it over JSON lines on stdin/stdout. The interface is the same for every backend:
 
-* ``docker``  -- the image built from ``sandbox/Dockerfile``: no network, read-only root and harness mount,
-  memory/CPU/pid limits, non-root user. Used when the ``docker`` package, a daemon and the image are there.
-* ``bwrap``   -- bubblewrap: all namespaces unshared (no network), read-only root, ``hide`` paths masked.
-* ``unshare`` -- user + mount + net + pid namespaces: no network, ``hide`` paths masked by empty tmpfs.
-* ``process`` -- a plain child process: resource limits, scrubbed environment, temp working dir only.
+* ``docker``  -- the image built from ``sandbox/Dockerfile`` (a bare Python and runner.py, no evotrainer): no
+  network, read-only root and harness mount, memory/CPU/pid limits, non-root user, no capabilities. Used when
+  the ``docker`` package, a daemon and the image are there.
+* ``bwrap``   -- bubblewrap, all namespaces unshared (no network), no capabilities.
+* ``unshare`` -- util-linux ``unshare`` (user, mount, pid, net, ipc, uts namespaces), the same filesystem view as
+  bwrap, built by a shell script with ``mount`` and ``pivot_root``; capabilities dropped with ``setpriv``.
+* ``process`` -- a plain child process: NO isolation. Harness code runs as this user and can read the
+  evaluator, the run directories and the framework, and write any file this user can; only resource limits,
+  a scrubbed environment and a temp working dir. The last resort, for machines without any of the above.
+
+bwrap and unshare show harness code a filesystem of its own (``_view``): an empty read-only root holding,
+read-only, the system dirs (``/usr``, and ``/bin``, ``/lib``, ... as binds or as the symlinks they are), the
+dynamic loader's ``/etc/ld.so.cache``, the Python installation (``sys.prefix``, ``sys.base_prefix``,
+site-packages, the interpreter's symlink chain), ``sandbox/runner.py`` and the harness dir; a fresh ``/proc``
+(read-only), a ``/dev`` of harmless device nodes and a private tmpfs ``/tmp``. Nothing else of the host exists
+there: no ``/etc``, ``/home``, ``/work``, run directories or repository. Where the framework package
+(``evotrainer/``, be it a source checkout or in site-packages) or a ``hide`` path lies inside one of those
+visible paths, an empty read-only tmpfs (``/dev/null`` for a file) masks it. The only writable host path is
+the fresh temporary working dir (also ``$HOME``). The process has no capabilities, so it cannot unmount a
+mask or remount anything writable, and mounts copied into any namespace it creates are locked by the kernel.
+Without a mount namespace (``process``) nothing is hidden; docker hides everything but the harness mount.
 
 All non-docker backends add rlimits (address space, CPU seconds, file size, open files), a scrubbed
 environment and a fresh temporary working directory. Every backend has a wall-clock limit per call; on
 timeout, crash or protocol garbage the whole process group is killed and restarted on the next call.
-``choose_backend("auto")`` picks the strongest available one (probed once per process); the trainer and the
-backtester report it in the run log with ``describe_backend``.
+``choose_backend("auto")`` picks the strongest available one (probed once per process, by starting the
+interpreter exactly as a worker does); the trainer and the backtester report it in the run log with
+``describe_backend``.
 
 Errors in harness code surface as ``HarnessError``, whose ``str()`` is one readable line such as
 ``rewards.py:12 ZeroDivisionError: division by zero``; the full traceback is on ``.traceback``.
@@ -66,13 +83,16 @@ _PR_SET_PDEATHSIG = 1
 
 _DESCRIPTIONS = {
     "docker": "docker: no network, read-only root and harness mount, memory/CPU/pid limits, non-root user, "
-              "time limit per call",
-    "bwrap": "bwrap: no network, read-only root, hidden paths masked, rlimits, scrubbed env, temp working dir, "
-             "time limit per call",
-    "unshare": "unshare: no network, private mounts with hidden paths masked, rlimits, scrubbed env, "
-               "temp working dir, time limit per call (filesystem otherwise as the user)",
-    "process": "process: separate process, rlimits, scrubbed env, temp working dir, time limit per call "
-               "(no network or filesystem isolation)",
+              "no capabilities, time limit per call",
+    "bwrap": "bwrap: no network, no capabilities, own filesystem showing only the system dirs, the Python "
+             "installation, the runner and the harness (all read-only; framework package and hidden paths "
+             "masked), writable temp working dir only, rlimits, scrubbed env, time limit per call",
+    "unshare": "unshare: no network, no capabilities, own filesystem (as bwrap) showing only the system dirs, "
+               "the Python installation, the runner and the harness (all read-only; framework package and "
+               "hidden paths masked), writable temp working dir only, rlimits, scrubbed env, time limit per call",
+    "process": "process: NO ISOLATION - harness code runs as this user and can read the evaluator, run "
+               "directories and framework code, write any file this user can, and use the network; only "
+               "rlimits, scrubbed env, temp working dir and a time limit per call",
 }
 
 
@@ -127,36 +147,197 @@ def _docker_available(image: str) -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=None)
-def _bwrap_available() -> bool:
-    return shutil.which("bwrap") is not None and _run_quietly(
-        ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"])
+# The host paths a namespace sandbox (bwrap, unshare) shows, besides the Python installation, the runner and the
+# harness: the system directories (as symlinks where they are symlinks, on a merged-/usr system) and the one
+# /etc file the dynamic loader wants. Nothing else of the host: no /etc, /home, /root, /work, /sys, /run.
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_SYSTEM_FILES = ("/etc/ld.so.cache",)
 
 
-_UNSHARE_FLAGS = ("-r", "-m", "-n", "-p", "--fork", "--kill-child", "--mount-proc")
+def _framework_dir() -> str:
+    """The evotrainer package directory (source checkout or site-packages): never visible to harness code."""
+    return str(Path(__file__).resolve().parent)
 
-# Runs inside the new namespaces: mask every path before "--" (empty tmpfs for a directory, /dev/null for a
-# file), then run the command after "--". Paths come as arguments, so no quoting is ever needed. The shell
-# stays as PID 1 of the pid namespace (which ignores default-action signals such as SIGXCPU) and reports a
-# signal death of the runner as exit status 128 + signal.
-_MASK_SCRIPT = """
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _python_paths() -> list[str]:
+    """What the runner's interpreter needs: its prefixes, site-packages and every hop of its symlink chain."""
+    import site
+    import sysconfig
+
+    paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
+    try:
+        paths += site.getsitepackages()
+    except AttributeError:  # old virtualenv's site.py
+        pass
+    paths += [sysconfig.get_paths().get(key, "") for key in ("purelib", "platlib")]
+    hop = os.path.abspath(sys.executable)
+    for _ in range(40):  # venv/bin/python -> python3 -> /base/bin/python3 -> python3.11
+        paths.append(hop)
+        if not os.path.islink(hop):
+            break
+        hop = os.path.normpath(os.path.join(os.path.dirname(hop), os.readlink(hop)))
+    return [p for p in paths if p]
+
+
+def _view(harness_dir: str, workdir: str, hidden: Iterable[str]) -> list[tuple[str, ...]]:
+    """The mount plan of a namespace sandbox, in order, as ("link", target, path), ("ro", path),
+    ("mask", path) and ("rw", path) steps, applied on top of a fresh tmpfs root with /dev, /proc and /tmp.
+
+    Read-only: the system dirs, the Python installation, the runner, the harness. Masked (empty read-only
+    tmpfs, or /dev/null for a file) wherever they lie inside one of those: the evotrainer package and the
+    ``hidden`` paths. Writable: ``workdir`` only. Paths that don't exist are left out.
+    """
+    steps: list[tuple[str, ...]] = []
+    links: list[str] = []
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            steps.append(("link", os.readlink(path), path))
+            links.append(path)
+    wanted = [*_SYSTEM_DIRS, *_SYSTEM_FILES, *_python_paths(), str(_runner_path()), harness_dir]
+    candidates = set()
+    for path in wanted:
+        if path not in links and os.path.exists(path):
+            path = os.path.abspath(path)
+            # never mount through a symlink of the new root: a path under /lib -> usr/lib goes by its real name
+            candidates.add(os.path.realpath(path) if any(_under(path, link) for link in links) else path)
+    bound: list[str] = []
+    for path in sorted(candidates):  # parents before children; a path inside a bound one is visible already
+        if not any(_under(path, parent) for parent in bound):
+            bound.append(path)
+            steps.append(("ro", path))
+    masks = {os.path.realpath(p) for p in [_framework_dir(), *hidden] if os.path.exists(p)}
+    for path in bound:
+        real = os.path.realpath(path)
+        for mask in sorted(masks):
+            if _under(mask, real):
+                steps.append(("mask", path + mask[len(real):]))
+    steps.append(("rw", workdir))
+    return steps
+
+
+def _bwrap_argv(steps: list[tuple[str, ...]], workdir: str, command: list[str]) -> list[str]:
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--cap-drop", "ALL",
+            "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--tmpfs", "/tmp"]
+    for step in steps:
+        kind, path = step[0], step[-1]
+        if kind == "link":
+            argv += ["--symlink", step[1], path]
+        elif kind == "ro":
+            argv += ["--ro-bind", path, path]
+        elif kind == "rw":
+            argv += ["--bind", path, path]
+        elif os.path.isdir(path):  # mask
+            argv += ["--tmpfs", path, "--remount-ro", path]
+        else:
+            argv += ["--ro-bind", "/dev/null", path]
+    return argv + ["--remount-ro", "/", "--chdir", workdir, *command]
+
+
+_UNSHARE_FLAGS = ("-r", "-m", "-n", "-p", "-u", "-i", "--fork", "--kill-child")
+
+# Runs as root of new user, mount, pid, net, ipc and uts namespaces, with the arguments ROOT WORKDIR STEP... --
+# COMMAND... (see _view; paths come as arguments, so no quoting is ever needed). It builds the sandbox's
+# filesystem the way bwrap does: a tmpfs on ROOT (an empty host directory), a fresh read-only /proc, a /dev
+# of the harmless device nodes, a tmpfs /tmp, then the steps (read-only binds are non-recursive: a bound
+# directory with mounts below it fails the start rather than showing them writable); then it pivots into
+# ROOT, detaches the host's root, makes the new root read-only and runs COMMAND with every capability
+# dropped, so harness code cannot undo a mount. The shell stays as PID 1 of the pid namespace (which ignores
+# default-action signals such as SIGXCPU) and reports a signal death of the command as exit status
+# 128 + signal. Any failed step ends it with exit status 97 and one line on stderr.
+_UNSHARE_SCRIPT = """
+fail() { echo "evotrainer sandbox setup failed: $*" >&2; exit 97; }
+user_path=$PATH
+PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+root=$1 work=$2
+shift 2
+mount -n -t tmpfs -o mode=0755 evotrainer-root "$root" || fail "tmpfs on $root"
+mkdir "$root/proc" "$root/dev" "$root/tmp" "$root/.old" || fail "mkdir in $root"
+mount -n -t proc -o nosuid,nodev,noexec proc "$root/proc" && mount -n -o remount,ro,bind "$root/proc" \\
+  || fail /proc
+mount -n -t tmpfs -o mode=0755,nosuid evotrainer-dev "$root/dev" && mkdir "$root/dev/shm" || fail /dev
+for node in null zero full random urandom tty; do
+  : > "$root/dev/$node" && mount -n --bind "/dev/$node" "$root/dev/$node" || fail "/dev/$node"
+done
+ln -s /proc/self/fd "$root/dev/fd" && ln -s /proc/self/fd/0 "$root/dev/stdin" \\
+  && ln -s /proc/self/fd/1 "$root/dev/stdout" && ln -s /proc/self/fd/2 "$root/dev/stderr" || fail /dev
+mount -n -t tmpfs -o mode=1777,nosuid,nodev evotrainer-tmp "$root/tmp" || fail /tmp
 while [ "$1" != "--" ]; do
-  if [ -d "$1" ]; then mount -t tmpfs -o size=64k,mode=0555 evotrainer-hidden "$1" || exit 97
-  else mount --bind /dev/null "$1" || exit 97; fi
-  shift
+  case "$1" in
+    link) mkdir -p "$root${3%/*}" && ln -s "$2" "$root$3" || fail "symlink $3"; shift 3 ;;
+    ro|rw)
+      if [ -d "$2" ]; then mkdir -p "$root$2"
+      else mkdir -p "$root${2%/*}" && { [ -e "$root$2" ] || : > "$root$2"; }; fi || fail "mount point $2"
+      mount -n --bind "$2" "$root$2" || fail "bind $2"
+      [ "$1" = rw ] || mount -n -o remount,ro,bind "$root$2" || fail "read-only $2"
+      shift 2 ;;
+    mask)
+      if [ -d "$2" ]; then mount -n -t tmpfs -o size=4k,mode=0555 evotrainer-hidden "$root$2"
+      else mount -n --bind /dev/null "$root$2"; fi && mount -n -o remount,ro,bind "$root$2" || fail "mask $2"
+      shift 2 ;;
+    *) fail "unknown step $1" ;;
+  esac
 done
 shift
-"$@"
+cd "$root" && pivot_root . .old && umount -n -l /.old && rmdir /.old || fail pivot_root
+mount -n -o remount,ro,bind / || fail "read-only /"
+setpriv=$(command -v setpriv) || fail "setpriv not found"
+cd "$work" || fail "cd $work"
+PATH=$user_path
+"$setpriv" --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
 exit $?
 """
 
 
+def _unshare_argv(root: str, steps: list[tuple[str, ...]], workdir: str, command: list[str]) -> list[str]:
+    args = [part for step in steps for part in step]
+    return ["unshare", *_UNSHARE_FLAGS, "sh", "-c", _UNSHARE_SCRIPT, "sh", root, workdir, *args, "--", *command]
+
+
+def _sandbox_argv(backend: str, harness_dir: str, base: str, hidden: Iterable[str],
+                  command: list[str]) -> tuple[list[str], str]:
+    """The argv that runs ``command`` under ``backend`` (not docker), and its working dir, made inside ``base``."""
+    workdir = os.path.join(base, "work")
+    os.makedirs(workdir, exist_ok=True)
+    if backend == "process":
+        return command, workdir
+    steps = _view(harness_dir, workdir, hidden)
+    if backend == "bwrap":
+        return _bwrap_argv(steps, workdir, command), workdir
+    root = os.path.join(base, "root")
+    os.makedirs(root, exist_ok=True)
+    return _unshare_argv(root, steps, workdir, command), workdir
+
+
+def _probe(backend: str) -> bool:
+    """Start the interpreter under ``backend`` exactly as a worker does, with a hidden dir and file to mask."""
+    base = os.path.realpath(tempfile.mkdtemp(prefix="evotrainer-probe-"))
+    try:
+        harness = os.path.join(base, "harness")
+        os.makedirs(os.path.join(harness, "hidden"))
+        Path(harness, "hidden.txt").write_text("")
+        hidden = [os.path.join(harness, "hidden"), os.path.join(harness, "hidden.txt")]
+        argv, workdir = _sandbox_argv(backend, harness, base, hidden, [sys.executable, "-I", "-B", "-c", ""])
+        try:
+            return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, cwd=workdir, timeout=20).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            return False
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _bwrap_available() -> bool:
+    return shutil.which("bwrap") is not None and _probe("bwrap")
+
+
 @functools.lru_cache(maxsize=None)
 def _unshare_available() -> bool:
-    if shutil.which("unshare") is None or not _run_quietly(["unshare", "-rn", "true"]):
-        return False
-    with tempfile.TemporaryDirectory(prefix="evotrainer-probe-") as probe:
-        return _run_quietly(["unshare", *_UNSHARE_FLAGS, "sh", "-c", _MASK_SCRIPT, "sh", probe, "--", "true"])
+    return shutil.which("unshare") is not None and _probe("unshare")
 
 
 def _available(name: str, image: str) -> bool:
@@ -501,28 +682,15 @@ class HarnessWorker:
         limits = self.limits
         if self.backend == "docker":
             return self._start_docker()
-        workdir = tempfile.mkdtemp(prefix="evotrainer-sandbox-")
-        python = [sys.executable, "-I", "-B", str(self._runner), str(self.harness_dir)]
-        hidden = [str(p) for p in self.hide if p.exists()]
-        if self.backend == "bwrap":
-            argv = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
-                    "--proc", "/proc", "--tmpfs", "/tmp"]
-            for path in hidden:
-                argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
-            # re-expose what the tmpfs over /tmp may have covered: the harness, the runner, the interpreter
-            keep = [str(self.harness_dir), str(self._runner.parent), sys.prefix, sys.base_prefix]
-            for path in dict.fromkeys(keep):
-                argv += ["--ro-bind", path, path]
-            argv += ["--bind", workdir, workdir, "--chdir", workdir, *python]
-        elif self.backend == "unshare":
-            argv = ["unshare", *_UNSHARE_FLAGS, "sh", "-c", _MASK_SCRIPT, "sh", *hidden, "--", *python]
-        else:
-            argv = python
+        base = os.path.realpath(tempfile.mkdtemp(prefix="evotrainer-sandbox-"))
         try:
+            python = [sys.executable, "-I", "-B", str(self._runner), str(self.harness_dir)]
+            hidden = [str(p) for p in self.hide if p.exists()]
+            argv, workdir = _sandbox_argv(self.backend, str(self.harness_dir), base, hidden, python)
             return _Process(argv, env=_scrubbed_env(workdir), cwd=workdir, preexec=_make_preexec(limits),
-                            workdir=workdir, container=None)
+                            workdir=base, container=None)
         except BaseException:
-            shutil.rmtree(workdir, ignore_errors=True)
+            shutil.rmtree(base, ignore_errors=True)
             raise
 
     def _start_docker(self) -> _Process:

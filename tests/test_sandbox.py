@@ -18,6 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+import evotrainer
+import evotrainer.sandbox as sandbox_module
 from evotrainer.sandbox import (HarnessError, HarnessWorker, SandboxLimits, choose_backend, describe_backend,
                                 run_selftest)
 
@@ -34,6 +36,7 @@ def _available(name: str) -> bool:
 
 BACKENDS = [name for name in ("docker", "bwrap", "unshare", "process") if _available(name)]
 ISOLATING = [name for name in BACKENDS if name != "process"]
+NAMESPACED = [name for name in BACKENDS if name in ("bwrap", "unshare")]
 
 
 def sample(completion: str, truncated: bool = False) -> dict:
@@ -218,30 +221,55 @@ def test_secret_environment_variables_do_not_reach_harness_code(
 
 @pytest.mark.parametrize("backend", ISOLATING or [pytest.param("none", marks=pytest.mark.skip(
     reason="no isolating backend (docker, bwrap, unshare) works on this machine"))])
-def test_hidden_paths_and_network_are_out_of_reach(harness: Path, tmp_path: Path, backend: str) -> None:
-    evaluator = tmp_path / "evaluator"
-    evaluator.mkdir()
-    (evaluator / "eval_split.jsonl").write_text('{"answer": "42"}\n')
+def test_harness_code_cannot_reach_the_evaluator_the_host_files_or_the_network(
+        harness: Path, tmp_path: Path, backend: str) -> None:
+    run_dir = tmp_path / "runs" / "current"  # hidden, as callers hide a run directory
+    run_dir.mkdir(parents=True)
+    (run_dir / "eval_split.jsonl").write_text('{"answer": "42"}\n')
     secret_file = tmp_path / "verifier.key"
     secret_file.write_text("key")
+    sibling = tmp_path / "runs" / "other"  # not hidden: still no host path outside the sandbox's view shows
+    sibling.mkdir()
+    (sibling / "rollouts.jsonl").write_text('{"verified": true}\n')
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    verifier = Path(evotrainer.__file__).resolve().parent / "domains" / "math.py"
+    repo_file = Path(evotrainer.__file__).resolve().parents[1] / "pyproject.toml"  # outside the package
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
     threading.Thread(target=lambda: server.accept(), daemon=True).start()
     write(harness, "rewards.py", f"""
+        import importlib
         import os
         import socket
 
-        def eval_visible(sample):
+        def _reads(path):
             try:
-                return float(os.listdir({str(evaluator)!r}) != [])
+                with open(path) as f:
+                    return float(f.read() != "")
             except OSError:
                 return 0.0
 
-        def key_visible(sample):
+        def _lists(path):
             try:
-                return float(open({str(secret_file)!r}).read() != "")
+                return float(os.listdir(path) != [])
             except OSError:
                 return 0.0
+
+        def _writes(path):
+            try:
+                with open(path, "a") as f:
+                    f.write("pwned")
+                return 1.0
+            except OSError:
+                return 0.0
+
+        def _imports(name, attr="__file__"):  # an empty namespace package (a masked dir) counts as absent
+            try:
+                module = importlib.import_module(name)
+            except Exception:
+                return 0.0
+            return float(getattr(module, attr, None) is not None)
 
         def network(sample):
             try:
@@ -250,15 +278,89 @@ def test_hidden_paths_and_network_are_out_of_reach(harness: Path, tmp_path: Path
             except OSError:
                 return 0.0
 
-        COMPONENTS = {{"eval_visible": eval_visible, "key_visible": key_visible, "network": network}}
+        def capabilities(sample):
+            with open("/proc/self/status") as f:
+                return float(int(next(l for l in f if l.startswith("CapEff:")).split()[1], 16))
+
+        COMPONENTS = {{
+            "run_dir": lambda s: _lists({str(run_dir)!r}) + _reads({str(run_dir / "eval_split.jsonl")!r}),
+            "secret_file": lambda s: _reads({str(secret_file)!r}),
+            "sibling": lambda s: _lists({str(sibling)!r}) + _reads({str(sibling / "rollouts.jsonl")!r}),
+            "verifier_source": lambda s: _reads({str(verifier)!r}),
+            "repo_file": lambda s: _reads({str(repo_file)!r}),
+            "verifier_import": lambda s: _imports("evotrainer.domains.math")
+                                         + _imports("evotrainer.sandbox", "HarnessWorker"),
+            "write_outside": lambda s: _writes({str(outside / "pwned.txt")!r}),
+            "write_harness": lambda s: _writes({str(harness / "pwned.py")!r})
+                                       + _writes({str(harness / "rewards.py")!r}),
+            "write_workdir": lambda s: _writes("scratch.txt") + _writes(os.path.join(os.environ["HOME"], "x")),
+            "stdlib_and_site_packages": lambda s: _imports("json", "dumps") + _imports("yaml", "safe_load")
+                                                  + _imports("numpy", "ndarray"),
+            "network": network,
+            "capabilities": capabilities,
+        }}
     """)
+    rewards_before = (harness / "rewards.py").read_text()
     try:
-        with HarnessWorker(harness, backend=backend, hide=[evaluator, secret_file]) as worker:
-            assert worker.score([sample("9")]) == [{"eval_visible": 0.0, "key_visible": 0.0, "network": 0.0}]
+        with HarnessWorker(harness, backend=backend, hide=[run_dir, secret_file]) as worker:
+            assert worker.score([sample("9")]) == [{
+                "run_dir": 0.0, "secret_file": 0.0, "sibling": 0.0, "verifier_source": 0.0, "repo_file": 0.0,
+                "verifier_import": 0.0, "write_outside": 0.0, "write_harness": 0.0, "write_workdir": 2.0,
+                "stdlib_and_site_packages": 1.0 if backend == "docker" else 3.0,  # the image is stdlib only
+                "network": 0.0, "capabilities": 0.0}]
         assert worker.backend == backend and describe_backend(backend).startswith(backend)
-        assert (evaluator / "eval_split.jsonl").exists()  # hidden from the harness, untouched for us
     finally:
         server.close()
+    assert (run_dir / "eval_split.jsonl").exists()  # hidden from the harness, untouched for us
+    assert list(outside.iterdir()) == [] and not (harness / "pwned.py").exists()
+    assert (harness / "rewards.py").read_text() == rewards_before
+
+
+@pytest.mark.parametrize("backend", NAMESPACED or [pytest.param("none", marks=pytest.mark.skip(
+    reason="neither bwrap nor unshare works on this machine"))])
+def test_masks_inside_visible_paths_hold_and_cannot_be_undone(
+        harness: Path, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hidden paths and the framework package are masked even where they lie inside a path the sandbox shows
+    (here the harness dir; in real use e.g. an evotrainer installed in site-packages)."""
+    (harness / "private").mkdir()
+    (harness / "private" / "answers.txt").write_text("42")
+    (harness / "key.txt").write_text("key")
+    (harness / "fakepkg").mkdir()
+    (harness / "fakepkg" / "__init__.py").write_text("SECRET = 42\n")
+    monkeypatch.setattr(sandbox_module, "_framework_dir", lambda: str(harness / "fakepkg"))
+    write(harness, "rewards.py", f"""
+        import ctypes
+        import os
+
+        def private(sample):
+            libc = ctypes.CDLL(None, use_errno=True)
+            masks = [path.encode() for path in ({str(harness / "private")!r}, {str(harness / "key.txt")!r})]
+            for path in masks:
+                libc.umount2(path, 2)  # MNT_DETACH: fails without capabilities
+            libc.unshare(0x10000000 | 0x00020000)  # a user + mount namespace of its own, all capabilities in it
+            for path in masks:
+                libc.umount2(path, 2)  # fails too: the kernel locks the mounts copied into it
+            return float(len(os.listdir({str(harness / "private")!r})))
+
+        def key(sample):
+            try:
+                return float(len(open({str(harness / "key.txt")!r}).read()))
+            except OSError:  # bwrap's /dev/null over a hidden file is on a nodev mount: unreadable
+                return 0.0
+
+        def package(sample):
+            try:
+                import fakepkg
+            except ImportError:
+                return 0.0
+            return float(getattr(fakepkg, "SECRET", 0))
+
+        COMPONENTS = {{"private": private, "key": key, "package": package}}
+    """)
+    hide = [harness / "private", harness / "key.txt"]
+    with HarnessWorker(harness, backend=backend, hide=hide) as worker:
+        assert worker.score([sample("9")]) == [{"private": 0.0, "key": 0.0, "package": 0.0}]
+    assert (harness / "private" / "answers.txt").read_text() == "42"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

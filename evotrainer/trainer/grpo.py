@@ -298,7 +298,7 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
     limits = SandboxLimits(memory_mb=req.sandbox_memory_mb, cpu_s=req.sandbox_cpu_s,
                            call_timeout_s=req.sandbox_call_timeout_s)
     with repo.worktree(req.harness_sha) as harness_dir, HarnessWorker(
-        harness_dir, limits=limits, backend=req.sandbox_backend, hide=[str(rd.evaluator)]
+        harness_dir, limits=limits, backend=req.sandbox_backend, hide=rd.hidden_from_harness()
     ) as worker:
         knobs = read_knobs(harness_dir)
         history = {}
