@@ -90,12 +90,17 @@ def greedy_accuracy(model, tokenizer, prompts: list[str], answers: list[str], ma
 
 def warm_up(model, tokenizer, examples: list[tuple[str, str]], cfg: TinyPolicyConfig, seed: int, log=print,
             tick=lambda step, total: None) -> dict:
-    """Supervised warm-up on (prompt, answer) pairs until a held-back probe reaches the target accuracy."""
+    """Supervised warm-up on (prompt, answer) pairs until a held-back probe reaches the target accuracy.
+
+    The probe's prompts never occur in what the warm-up trains on (the pool repeats easy sums), so its accuracy
+    is that on unseen tasks, a fair estimate of the held-out accuracy RL will start from.
+    """
     import torch
 
     rng = random.Random(seed)
     probe = examples[:200]
-    train = examples[200:]
+    probed = {prompt for prompt, _ in probe}
+    train = [e for e in examples[200:] if e[0] not in probed]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.warmup_lr)
     # linear ramp over 50 steps, then cosine decay to a tenth: the late, small steps steady the probe accuracy
     total = max(cfg.warmup_steps, 51)
@@ -140,7 +145,7 @@ def warm_up(model, tokenizer, examples: list[tuple[str, str]], cfg: TinyPolicyCo
 def _cache_key(cfg: Config, train_tasks: list[dict]) -> str:
     blob = json.dumps(
         {"tiny": cfg.policy.tiny.model_dump(), "seed": cfg.seed, "domain": cfg.domain,
-         "tasks": [t["id"] + t["answer"] for t in train_tasks[:2000]], "v": 2},
+         "tasks": [t["id"] + t["answer"] for t in train_tasks[:2000]], "v": 3},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
