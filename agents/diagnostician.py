@@ -19,8 +19,8 @@ import math
 
 from agents import PhaseEvidence
 from evotrainer.contracts import Diagnosis, MetricEvidence
-from evotrainer.metrics import group_evidence, rate_evidence, wilson
-from evotrainer.rollouts import groups_of, group_stats
+from evotrainer.metrics import rate_evidence, ratio_evidence, wilson
+from evotrainer.rollouts import groups_of, is_dead
 
 THRESHOLDS = {
     "dead_group_ratio": 0.35,
@@ -48,6 +48,12 @@ def _confidence(ev: MetricEvidence, direction: str) -> float:
 
 def _severity(value: float, threshold: float, span: float) -> float:
     return max(0.05, min(1.0, (value - threshold) / span + 0.3))
+
+
+def _kept_dead(group: list[dict]) -> tuple[float, float]:
+    """(1 if the group still trains but without reward spread, 1 if it still trains) for the kept-dead ratio."""
+    kept = [r for r in group if r["kept"]]
+    return (bool(kept) and is_dead(kept), bool(kept))
 
 
 class HeuristicDiagnostician:
@@ -110,12 +116,11 @@ class HeuristicDiagnostician:
     # signal ---------------------------------------------------------------------------------------------------
     def _dead_groups(self, ev: PhaseEvidence) -> Diagnosis | None:
         th = THRESHOLDS["dead_group_ratio"]
-        e = group_evidence("dead_group_ratio", ev.rollouts, lambda rs: group_stats(rs)["dead_group_ratio"],
-                           threshold=th)
+        e = ratio_evidence("dead_group_ratio", ev.rollouts, lambda g: (is_dead(g), 1), threshold=th)
         if e.value <= th:
             return None
         groups = list(groups_of(ev.rollouts).values())
-        dead = [g for g in groups if max(r["reward"] for r in g) - min(r["reward"] for r in g) < 1e-6]
+        dead = [g for g in groups if is_dead(g)]
         solved = sum(all(r["verified"] for r in g) for g in dead)
         unsolved = sum(not any(r["verified"] for r in g) for g in dead)
         dead_ids = {g[0]["group_id"] for g in dead}
@@ -137,8 +142,7 @@ class HeuristicDiagnostician:
 
     def _diluted(self, ev: PhaseEvidence) -> Diagnosis | None:
         th = THRESHOLDS["kept_dead_ratio"]
-        e = group_evidence("kept_dead_ratio", ev.rollouts, lambda rs: group_stats(rs)["kept_dead_ratio"],
-                           threshold=th)
+        e = ratio_evidence("kept_dead_ratio", ev.rollouts, _kept_dead, threshold=th, empty=1.0)
         if e.value <= th:
             return None
         return Diagnosis(

@@ -42,9 +42,22 @@ def bootstrap_groups(rollouts: list[dict], stat: Callable[[list[dict]], float], 
     if not groups:
         return [0.0]
     rng = random.Random(seed)
+    copies: dict[tuple[int, int], list[dict]] = {}  # (group, k): the group's k-th relabelled copy, made once
+
+    def copy(g: int, k: int) -> list[dict]:
+        if k == 0:
+            return groups[g]  # a group's first draw keeps its own rows
+        if (g, k) not in copies:
+            copies[g, k] = [{**r, "group_id": f"{r['group_id']}#{k}"} for r in groups[g]]
+        return copies[g, k]
+
     out = []
     for _ in range(resamples):
-        sample = [{**r, "group_id": f"{r['group_id']}#{i}"} for i in range(len(groups)) for r in rng.choice(groups)]
+        seen: dict[int, int] = {}
+        sample: list[dict] = []
+        for g in (rng.randrange(len(groups)) for _ in groups):
+            sample.extend(copy(g, seen.get(g, 0)))
+            seen[g] = seen.get(g, 0) + 1
         out.append(stat(sample))
     return out
 
@@ -71,12 +84,29 @@ def stdev(values: list[float]) -> float:
     return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
 
-def group_evidence(name: str, rollouts: list[dict], stat: Callable[[list[dict]], float], resamples: int = 200,
-                   threshold: float | None = None) -> MetricEvidence:
-    value = stat(rollouts)
-    lo, hi = interval(bootstrap_groups(rollouts, stat, resamples))
-    return MetricEvidence(name=name, value=value, low=min(lo, value), high=max(hi, value),
-                          n=len(groups_of(rollouts)), threshold=threshold)
+def ratio_evidence(name: str, rollouts: list[dict], per_group: Callable[[list[dict]], tuple[float, float]],
+                   resamples: int = 200, threshold: float | None = None, seed: int = 0,
+                   empty: float = 0.0) -> MetricEvidence:
+    """A ratio over groups (sum of numerators / sum of denominators) with a group-bootstrap interval.
+
+    ``per_group`` reduces one group to its (numerator, denominator), e.g. (1 if dead, 1) for the dead-group ratio;
+    ``empty`` is the ratio when every denominator is zero.
+    Each group is reduced once and the resamples only add pairs up, so this is far cheaper than running a
+    statistic over relabelled rows (``bootstrap_groups``) while giving the same interval.
+    """
+    pairs = [per_group(g) for g in groups_of(rollouts).values()]
+
+    def ratio(ps: list[tuple[float, float]]) -> float:
+        den = sum(d for _, d in ps)
+        return sum(n for n, _ in ps) / den if den else empty
+
+    value = ratio(pairs)
+    if not pairs:
+        return MetricEvidence(name=name, value=value, low=0.0, high=1.0, n=0, threshold=threshold)
+    rng = random.Random(seed)
+    lo, hi = interval([ratio(rng.choices(pairs, k=len(pairs))) for _ in range(resamples)])
+    return MetricEvidence(name=name, value=value, low=min(lo, value), high=max(hi, value), n=len(pairs),
+                          threshold=threshold)
 
 
 def auc(scores: list[float], labels: list[bool]) -> float:

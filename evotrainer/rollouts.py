@@ -80,8 +80,10 @@ def groups_of(rollouts: list[dict]) -> dict[str, list[dict]]:
     return dict(groups)
 
 
-def _spread(values: list[float]) -> float:
-    return max(values) - min(values) if values else 0.0
+def is_dead(group: list[dict]) -> bool:
+    """A GRPO group whose rewards are all equal: every advantage in it is zero."""
+    rewards = [r["reward"] for r in group]
+    return not rewards or max(rewards) - min(rewards) < SPREAD_EPS
 
 
 def group_stats(rollouts: list[dict]) -> dict[str, float]:
@@ -98,11 +100,11 @@ def group_stats(rollouts: list[dict]) -> dict[str, float]:
                                  "signal_fraction", "truncation_rate", "verified_rate", "completion_tokens_mean",
                                  "groups", "kept_groups")}
     groups = groups_of(rollouts)
-    dead = sum(_spread([r["reward"] for r in g]) < SPREAD_EPS for g in groups.values())
+    dead = sum(is_dead(g) for g in groups.values())
     kept_groups = [[r for r in g if r["kept"]] for g in groups.values()]
     kept_groups = [g for g in kept_groups if g]
-    kept_dead = sum(_spread([r["reward"] for r in g]) < SPREAD_EPS for g in kept_groups)
-    signal = sum(len(g) for g in kept_groups if _spread([r["reward"] for r in g]) >= SPREAD_EPS)
+    kept_dead = sum(is_dead(g) for g in kept_groups)
+    signal = sum(len(g) for g in kept_groups if not is_dead(g))
     return {
         "reward_mean": sum(r["reward"] for r in rollouts) / n,
         "dead_group_ratio": dead / len(groups),
@@ -129,7 +131,6 @@ def level_history(rollouts: list[dict]) -> dict[str, dict]:
         out[level] = {
             "n": len(rows),
             "reward_mean": sum(rewards) / len(rows),
-            "dead_group_ratio": sum(_spread([r["reward"] for r in g]) < SPREAD_EPS for g in groups.values())
-            / max(len(groups), 1),
+            "dead_group_ratio": sum(is_dead(g) for g in groups.values()) / max(len(groups), 1),
         }
     return out

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from evotrainer.metrics import bootstrap_groups, difference_noise, stdev, wilson
-from evotrainer.rollouts import group_stats
+from evotrainer.metrics import bootstrap_groups, difference_noise, ratio_evidence, stdev, wilson
+from evotrainer.rollouts import group_stats, is_dead
 
 
 def groups(n: int, dead_share: float, seed: int = 0) -> list[dict]:
@@ -31,6 +31,15 @@ def test_group_bootstrap_has_the_binomial_spread_of_a_group_share():
     p = dead(rows)
     expected = math.sqrt(p * (1 - p) / 200)  # each group is one Bernoulli draw
     assert stdev(bootstrap_groups(rows, dead, 400)) == pytest.approx(expected, rel=0.15)
+
+
+def test_ratio_evidence_matches_the_row_level_bootstrap():
+    rows = groups(200, 0.3)
+    ev = ratio_evidence("dead", rows, lambda g: (is_dead(g), 1), resamples=400)
+    half = 1.96 * math.sqrt(ev.value * (1 - ev.value) / 200)
+    assert ev.value == dead(rows) and ev.n == 200
+    assert ev.low == pytest.approx(ev.value - half, abs=0.02) and ev.high == pytest.approx(ev.value + half, abs=0.02)
+    assert ratio_evidence("none", [], lambda g: (1, 1)).n == 0
 
 
 def test_noise_of_a_difference_of_two_independent_samples_is_wider_than_either():
