@@ -46,15 +46,22 @@ def _request(rd: RunDir, phase: int, sha: str):
                         eval_max_new_tokens=8, sandbox_backend="process")
 
 
+def _with_group_filter(run_dir: RunDir, name: str, keep: str) -> str:
+    """A candidate commit whose filters.keep_group returns ``keep``; its sha."""
+    repo = HarnessRepo(run_dir.harness)
+    src = repo.show_file("main", "filters.py").replace(
+        "def keep_group(group: list[dict]) -> bool:\n    return True",
+        f"def keep_group(group: list[dict]) -> bool:\n    return {keep}")
+    assert f"return {keep}" in src
+    return repo.commit_candidate(f"candidates/test-{name}", repo.sha("main"), {"filters.py": src},
+                                 f"filters.keep_group: return {keep}", "test", {})
+
+
 def test_group_filter_decides_what_trains(run_dir: RunDir):
     from evotrainer.trainer.grpo import run_phase
 
     repo = HarnessRepo(run_dir.harness)
-    src = repo.show_file("main", "filters.py").replace(
-        "def keep_group(group: list[dict]) -> bool:\n    return True",
-        "def keep_group(group: list[dict]) -> bool:\n    return False")
-    drop_all = repo.commit_candidate("candidates/test-drop-all", repo.sha("main"), {"filters.py": src},
-                                     "filters.keep_group: drop every group", "test", {})
+    drop_all = _with_group_filter(run_dir, "drop-all", "False")
     base = _weights(str(run_dir.root / "policy" / "base"))
 
     dropped = run_phase(_request(run_dir, 1, drop_all))
@@ -137,12 +144,8 @@ def test_a_step_whose_rollouts_are_all_filtered_out_leaves_the_weights_alone(run
     end with exactly the weights of a 1-step phase (same phase number, so the same seeds and first tasks)."""
     from evotrainer.trainer.grpo import run_phase
 
+    first_only = _with_group_filter(run_dir, "first-step", 'group[0]["step"] == 1')
     repo = HarnessRepo(run_dir.harness)
-    src = repo.show_file("main", "filters.py").replace(
-        "def keep_group(group: list[dict]) -> bool:\n    return True",
-        "def keep_group(group: list[dict]) -> bool:\n    return group[0][\"step\"] == 1")
-    first_only = repo.commit_candidate("candidates/test-first-step", repo.sha("main"), {"filters.py": src},
-                                       "filters.keep_group: train on step 1 only", "test", {})
     three = run_phase(_request(run_dir, 9, first_only))
     assert three.skipped_batches == 2
     after_three = _weights(three.checkpoint_path)
