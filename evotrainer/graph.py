@@ -432,10 +432,19 @@ def realized_effect(rt: Runtime, promo: dict, results: list[PhaseResult]) -> dic
     lo, hi = wilson(a1 * after.eval.n, after.eval.n)
     summary = (f"{metric} {m0:.3f} -> {m1:.3f} ({'as promised' if moved and moved > 0 else 'not as promised'}); "
                f"accuracy {a0:.1%} -> {a1:.1%} (95% CI {lo:.1%}-{hi:.1%}); "
-               f"{'win' if won else 'no win'}{' (the accuracy drop is within noise)' if won and a1 < a0 else ''}"
+               f"{'win' if won else 'no win'}{_accuracy_note(won, a1 - a0, 1.96 * se)}"
                ) if m0 is not None and m1 is not None else "metric not measurable"
     return {"metric": metric, "before": m0, "after": m1, "accuracy_before": a0, "accuracy_after": a1,
             "accuracy_margin": 1.96 * se, "won": won, "summary": summary, "measured_in_phase": after_phase}
+
+
+def _accuracy_note(won: bool, change: float, margin: float) -> str:
+    """What a win says about accuracy: a metric that moved as promised is not an accuracy gain unless beyond noise."""
+    if not won:
+        return ""
+    if change > margin:
+        return " (accuracy up beyond noise)"
+    return " on the targeted metric; the accuracy change is within noise"
 
 
 def _summary(state: RunState, effects: list[dict], candidates: list[Candidate], held: dict[str, str],

@@ -146,3 +146,11 @@ def test_librarian_counts_each_outcome_once(tmp_path):
     skill = lib.store.get("dead_groups:raise_temperature")
     assert (skill.uses, skill.wins) == (1, 0)
     assert [s.id for s in lib.retrieve(diag, "math")] == ["dead_groups:raise_temperature"]
+
+
+def test_a_realized_win_says_whether_accuracy_moved_beyond_noise():
+    from evotrainer.graph import _accuracy_note
+
+    assert "within noise" in _accuracy_note(True, 0.007, 0.07)  # the target moved; accuracy did not, measurably
+    assert "beyond noise" in _accuracy_note(True, 0.10, 0.07)
+    assert _accuracy_note(False, 0.10, 0.07) == ""
