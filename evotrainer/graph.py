@@ -392,8 +392,8 @@ class _Bench:
         names = ["dead_group_ratio", "truncation_rate", "verified_rate", "kept_fraction", "reward_mean",
                  "completion_tokens_mean"]
         # main's and the candidate's pilots are independent runs: the noise is that of their difference
-        noise = {n: difference_noise(base_rows, cand_rows, lambda rs, n=n: group_stats(rs)[n],
-                                     self.rt.cfg.backtest.bootstrap) for n in names}
+        noise = difference_noise(base_rows, cand_rows, group_stats, self.rt.cfg.backtest.bootstrap)
+        noise = {n: noise.get(n, 0.0) for n in names}
         return {"base": group_stats(base_rows), "candidate": group_stats(cand_rows), "noise": noise,
                 "rollouts": len(cand_rows)}
 

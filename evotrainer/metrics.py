@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Callable
+from typing import Callable, TypeVar
 
 from evotrainer.contracts import MetricEvidence
 from evotrainer.rollouts import groups_of
+
+T = TypeVar("T")
 
 
 def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -31,8 +33,8 @@ def rate_evidence(name: str, hits: float, n: int, threshold: float | None = None
     return MetricEvidence(name=name, value=hits / n if n else 0.0, low=low, high=high, n=n, threshold=threshold)
 
 
-def bootstrap_groups(rollouts: list[dict], stat: Callable[[list[dict]], float], resamples: int = 200,
-                     seed: int = 0) -> list[float]:
+def bootstrap_groups(rollouts: list[dict], stat: Callable[[list[dict]], T], resamples: int = 200,
+                     seed: int = 0) -> list[T]:
     """``stat`` over ``resamples`` resamples of whole groups (with replacement).
 
     A group drawn twice is relabelled, so that group-level statistics count it twice; under its own id the two
@@ -40,7 +42,7 @@ def bootstrap_groups(rollouts: list[dict], stat: Callable[[list[dict]], float], 
     """
     groups = list(groups_of(rollouts).values())
     if not groups:
-        return [0.0]
+        return []  # nothing to resample: no spread (stdev of no values is 0)
     rng = random.Random(seed)
     copies: dict[tuple[int, int], list[dict]] = {}  # (group, k): the group's k-th relabelled copy, made once
 
@@ -62,12 +64,15 @@ def bootstrap_groups(rollouts: list[dict], stat: Callable[[list[dict]], float], 
     return out
 
 
-def difference_noise(base: list[dict], candidate: list[dict], stat: Callable[[list[dict]], float],
-                     resamples: int = 200) -> float:
-    """1.96 x the bootstrap standard deviation of ``stat(candidate) - stat(base)`` for two independent samples."""
-    sd_base = stdev(bootstrap_groups(base, stat, resamples))
-    sd_cand = stdev(bootstrap_groups(candidate, stat, resamples, seed=1))
-    return 1.96 * math.sqrt(sd_base ** 2 + sd_cand ** 2)
+def difference_noise(base: list[dict], candidate: list[dict], stats: Callable[[list[dict]], dict[str, float]],
+                     resamples: int = 200) -> dict[str, float]:
+    """Per figure of ``stats``: 1.96 x the bootstrap standard deviation of its candidate - base difference, for
+    two independent samples. All figures come from the same resamples, so each resample is computed once."""
+    on_base = bootstrap_groups(base, stats, resamples)
+    on_cand = bootstrap_groups(candidate, stats, resamples, seed=1)
+    keys = (on_base or on_cand or [{}])[0]
+    return {k: 1.96 * math.sqrt(stdev([b[k] for b in on_base]) ** 2 + stdev([c[k] for c in on_cand]) ** 2)
+            for k in keys}
 
 
 def interval(values: list[float]) -> tuple[float, float]:

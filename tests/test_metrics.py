@@ -45,7 +45,9 @@ def test_ratio_evidence_matches_the_row_level_bootstrap():
 def test_noise_of_a_difference_of_two_independent_samples_is_wider_than_either():
     base, cand = groups(200, 0.3, seed=1), groups(200, 0.3, seed=2)
     one = 1.96 * stdev(bootstrap_groups(base, dead, 400))
-    assert difference_noise(base, cand, dead, 400) == pytest.approx(one * math.sqrt(2), rel=0.2)
+    assert difference_noise(base, cand, group_stats, 400)["dead_group_ratio"] == pytest.approx(one * math.sqrt(2),
+                                                                                             rel=0.2)
+    assert difference_noise([], [], group_stats) == {}
 
 
 def test_wilson_interval_contains_the_estimate_and_shrinks_with_n():

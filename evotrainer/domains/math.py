@@ -45,8 +45,9 @@ class MathDomain(Domain):
             n = 0
             for entry in ev:
                 task = self._task(f"eval-{level}-{n}", level, entry)
-                if self.canonical_prompt(task) not in held_out and n < per_eval:
-                    held_out.add(self.canonical_prompt(task))
+                prompt = self.canonical_prompt(task)
+                if prompt not in held_out and n < per_eval:
+                    held_out.add(prompt)
                     eval_tasks.append(task)
                     n += 1
         train_tasks: list[Task] = []
