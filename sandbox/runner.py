@@ -1,8 +1,9 @@
 """In-sandbox side of EvoTrainer's harness sandbox: loads untrusted harness code and serves calls into it.
 
-Invoked as ``python -I runner.py HARNESS_DIR`` by ``evotrainer.sandbox.HarnessWorker`` (as a local process,
+Invoked as ``python -I runner.py HARNESS_DIR`` by ``sandbox.worker.HarnessWorker`` (as a local process,
 under bwrap/unshare, or as the entry point of the Docker image built from ``sandbox/Dockerfile``).
-Standard library only, and it never imports evotrainer: it must run in a bare Python image.
+Standard library only, and it never imports evotrainer nor the ``sandbox`` package around it (whose other
+files are masked in the sandbox): it must run in a bare Python image.
 
 Protocol (JSON lines): one request per line on stdin, one response per line on the *original* stdout.
 While harness code runs, ``sys.stdout`` points at stderr and file descriptor 1 is a copy of stderr, so a

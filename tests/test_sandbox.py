@@ -7,7 +7,6 @@ daemon and the image are there, and the plain ``process`` fallback always), and 
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import textwrap
@@ -16,12 +15,12 @@ import time
 from pathlib import Path
 
 import psutil
+import pydantic
 import pytest
 
 import evotrainer
-import evotrainer.sandbox as sandbox_module
-from evotrainer.sandbox import (HarnessError, HarnessWorker, SandboxLimits, choose_backend, describe_backend,
-                                run_selftest)
+import sandbox.backends as backends_module
+from sandbox import HarnessError, HarnessWorker, SandboxLimits, choose_backend, describe_backend, run_selftest
 
 SEED = Path(__file__).resolve().parents[1] / "harness_repo" / "math"
 TASK = {"id": "t1", "difficulty": "1", "question": "What is 4 + 5?", "expression": "4 + 5", "answer": "9"}
@@ -57,6 +56,42 @@ def write(harness: Path, name: str, source: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(source))
     return path
+
+
+def write_probes(harness: Path) -> None:
+    """probes.py: what harness code under test uses to try the sandbox's walls (1.0 = got through)."""
+    write(harness, "probes.py", """
+        import importlib
+        import os
+
+        def _reads(path):
+            try:
+                with open(path) as f:
+                    return float(f.read() != "")
+            except OSError:
+                return 0.0
+
+        def _lists(path):
+            try:
+                return float(os.listdir(path) != [])
+            except OSError:
+                return 0.0
+
+        def _writes(path):
+            try:
+                with open(path, "a") as f:
+                    f.write("pwned")
+                return 1.0
+            except OSError:
+                return 0.0
+
+        def _imports(name, attr="__file__"):  # an empty namespace package (a masked dir) counts as absent
+            try:
+                module = importlib.import_module(name)
+            except Exception:
+                return 0.0
+            return float(getattr(module, attr, None) is not None)
+    """)
 
 
 def line_of(path: Path, needle: str) -> int:
@@ -238,38 +273,12 @@ def test_harness_code_cannot_reach_the_evaluator_the_host_files_or_the_network(
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
     threading.Thread(target=lambda: server.accept(), daemon=True).start()
+    write_probes(harness)
     write(harness, "rewards.py", f"""
-        import importlib
         import os
         import socket
 
-        def _reads(path):
-            try:
-                with open(path) as f:
-                    return float(f.read() != "")
-            except OSError:
-                return 0.0
-
-        def _lists(path):
-            try:
-                return float(os.listdir(path) != [])
-            except OSError:
-                return 0.0
-
-        def _writes(path):
-            try:
-                with open(path, "a") as f:
-                    f.write("pwned")
-                return 1.0
-            except OSError:
-                return 0.0
-
-        def _imports(name, attr="__file__"):  # an empty namespace package (a masked dir) counts as absent
-            try:
-                module = importlib.import_module(name)
-            except Exception:
-                return 0.0
-            return float(getattr(module, attr, None) is not None)
+        from probes import _imports, _lists, _reads, _writes
 
         def network(sample):
             try:
@@ -289,7 +298,7 @@ def test_harness_code_cannot_reach_the_evaluator_the_host_files_or_the_network(
             "verifier_source": lambda s: _reads({str(verifier)!r}),
             "repo_file": lambda s: _reads({str(repo_file)!r}),
             "verifier_import": lambda s: _imports("evotrainer.domains.math")
-                                         + _imports("evotrainer.sandbox", "HarnessWorker"),
+                                         + _imports("sandbox.worker", "HarnessWorker"),
             "write_outside": lambda s: _writes({str(outside / "pwned.txt")!r}),
             "write_harness": lambda s: _writes({str(harness / "pwned.py")!r})
                                        + _writes({str(harness / "rewards.py")!r}),
@@ -327,7 +336,7 @@ def test_masks_inside_visible_paths_hold_and_cannot_be_undone(
     (harness / "key.txt").write_text("key")
     (harness / "fakepkg").mkdir()
     (harness / "fakepkg" / "__init__.py").write_text("SECRET = 42\n")
-    monkeypatch.setattr(sandbox_module, "_framework_dir", lambda: str(harness / "fakepkg"))
+    monkeypatch.setattr(backends_module, "_framework_paths", lambda: [str(harness / "fakepkg")])
     write(harness, "rewards.py", f"""
         import ctypes
         import os
@@ -361,6 +370,80 @@ def test_masks_inside_visible_paths_hold_and_cannot_be_undone(
     with HarnessWorker(harness, backend=backend, hide=hide) as worker:
         assert worker.score([sample("9")]) == [{"private": 0.0, "key": 0.0, "package": 0.0}]
     assert (harness / "private" / "answers.txt").read_text() == "42"
+
+
+@pytest.mark.parametrize("layout", ["checkout", "installed"])
+@pytest.mark.parametrize("backend", NAMESPACED or [pytest.param("none", marks=pytest.mark.skip(
+    reason="neither bwrap nor unshare works on this machine"))])
+def test_harness_code_cannot_read_the_framework_and_the_runner_still_runs(
+        harness: Path, backend: str, layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """evotrainer/, agents/ and every module of the sandbox package but runner.py are out of harness code's
+    reach: in this source checkout (outside every path the sandbox shows), and in an installed layout where
+    they lie inside a shown dir such as site-packages (simulated by a copy inside the harness dir)."""
+    here = Path(backends_module.__file__).resolve().parent
+    if layout == "checkout":
+        site = Path(evotrainer.__file__).resolve().parents[1]
+        packages = ("evotrainer", "agents")
+    else:
+        site = harness / "site"
+        packages = ("fake_evotrainer", "fake_agents")
+        for name in packages:
+            write(site, f"{name}/__init__.py", "SECRET = 42\n")
+            write(site, f"{name}/core.py", "SECRET = 42\n")
+        shutil.copytree(here, site / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
+        write(site, "sandbox/__pycache__/worker.cpython-311.pyc", "compiled framework code")
+        monkeypatch.syspath_prepend(str(site))  # where find_spec finds the fake packages
+        monkeypatch.setattr(backends_module, "_FRAMEWORK_PACKAGES", packages)
+        monkeypatch.setattr(backends_module, "_HERE", site / "sandbox")
+        here = site / "sandbox"
+    secrets = [str(site / name / "__init__.py") for name in packages]
+    secrets += [str(here / name) for name in ("__init__.py", "worker.py", "backends.py", "limits.py")]
+    secrets += [str(here / "__pycache__" / "worker.cpython-311.pyc")] if layout == "installed" else []
+    assert all(Path(path).is_file() for path in secrets)
+    write_probes(harness)
+    write(harness, "rewards.py", f"""
+        import sys
+
+        from probes import _imports, _reads
+
+        def framework(sample):
+            return sum(_reads(path) for path in {secrets!r})
+
+        def imports(sample):
+            sys.path.insert(0, {str(site)!r})
+            return sum(_imports(f"{{name}}.core", "SECRET") for name in {packages!r}) \\
+                + _imports("sandbox.worker", "HarnessWorker")
+
+        def runner(sample):
+            return _reads({str(here / "runner.py")!r})
+
+        COMPONENTS = {{"framework": framework, "imports": imports, "runner": runner}}
+    """)
+    with HarnessWorker(harness, backend=backend) as worker:
+        assert worker.score([sample("9")]) == [{"framework": 0.0, "imports": 0.0, "runner": 1.0}]
+
+
+def test_sandbox_limits_defaults_copy_and_help() -> None:
+    """SandboxLimits is nested in the user config: typed, bounded, and every field explained."""
+    assert SandboxLimits().model_dump() == {"memory_mb": 2048, "cpu_s": 300, "call_timeout_s": 60,
+                                            "file_size_mb": 64, "max_procs": 64}
+    assert SandboxLimits().model_copy(update={"call_timeout_s": 5}).call_timeout_s == 5
+    for name, field in SandboxLimits.model_fields.items():
+        assert field.description and len(field.description.split()) >= 5, f"{name} has no help text"
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"memory_mb": 0}, "memory_mb\n  Input should be greater than or equal to 64"),
+    ({"cpu_s": 0}, "cpu_s\n  Input should be greater than or equal to 1"),
+    ({"call_timeout_s": 0}, "call_timeout_s\n  Input should be greater than 0"),
+    ({"file_size_mb": -1}, "file_size_mb\n  Input should be greater than or equal to 1"),
+    ({"max_procs": "many"}, "max_procs\n  Input should be a valid integer"),
+    ({"memory": 512}, "memory\n  Extra inputs are not permitted"),
+])
+def test_sandbox_limits_reject_bad_values_readably(bad: dict, message: str) -> None:
+    with pytest.raises(pydantic.ValidationError) as err:
+        SandboxLimits(**bad)
+    assert message in str(err.value)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
