@@ -2,15 +2,16 @@
 
 For each confirmed diagnosis (most severe first) the built-in Engineer asks the Librarian's skills first —
 interventions that won before for this failure mode, ranked by wins — then falls back to the playbook order
-(``agents/playbook.py``). It skips interventions already tried this phase, already present in the harness,
-known to lose (skills with uses but no wins), or needing a pilot run when pilots are off. The edit is
-committed on ``candidates/phase-N-k`` from ``main`` with the hypothesis and trailers; nothing touches ``main``.
+(``agents.playbook.for_domain(ctx.domain)``: the generic edits plus the domain's own). It skips interventions
+already tried this phase, already present in the harness, known to lose (skills with uses but no wins), or
+needing a pilot run when pilots are off. The edit is committed on ``candidates/phase-N-k`` from ``main`` with
+the hypothesis and trailers; nothing touches ``main``.
 """
 
 from __future__ import annotations
 
 from agents import EngineerContext
-from agents.playbook import BY_NAME, PLAYBOOK, Intervention
+from agents.playbook import Intervention, for_domain
 from evotrainer.contracts import Candidate, Diagnosis, Skill
 from evotrainer.harness import HARNESS_FILES
 
@@ -21,18 +22,20 @@ class HeuristicEngineer:
     def __init__(self, max_candidates: int = 3):
         self.max_candidates = max_candidates
 
-    def ranked(self, d: Diagnosis, skills: list[Skill]) -> list[tuple[Intervention, list[str]]]:
-        """Interventions for a diagnosis: winning skills first, then the playbook; losers last."""
-        known = [s for s in skills if s.intervention in BY_NAME]
+    def ranked(self, d: Diagnosis, skills: list[Skill], domain: str) -> list[tuple[Intervention, list[str]]]:
+        """Interventions for a diagnosis: winning skills first, then the domain's playbook; losers last."""
+        playbook = for_domain(domain)
+        by_name = {i.name: i for i in playbook}
+        known = [s for s in skills if s.intervention in by_name]
         winners = sorted((s for s in known if s.wins > 0), key=lambda s: (-s.wins / max(s.uses, 1), -s.wins))
         losers = {s.intervention for s in known if s.uses >= 2 and s.wins == 0}
-        order: list[tuple[Intervention, list[str]]] = [(BY_NAME[s.intervention], [s.id]) for s in winners]
+        order: list[tuple[Intervention, list[str]]] = [(by_name[s.intervention], [s.id]) for s in winners]
         seen = {i.name for i, _ in order}
-        for i in PLAYBOOK:
+        for i in playbook:
             if d.failure_mode in i.answers and i.name not in seen and i.name not in losers:
                 order.append((i, []))
                 seen.add(i.name)
-        order += [(BY_NAME[n], []) for n in sorted(losers) if n not in seen and d.failure_mode in BY_NAME[n].answers]
+        order += [(by_name[n], []) for n in sorted(losers) if n not in seen and d.failure_mode in by_name[n].answers]
         return order
 
     def propose(self, diagnoses: list[Diagnosis], ctx: EngineerContext, skills: dict[str, list[Skill]]
@@ -44,7 +47,7 @@ class HeuristicEngineer:
         for d in confirmed:
             if len(out) >= self.max_candidates:
                 break
-            for intervention, skill_ids in self.ranked(d, skills.get(d.id, [])):
+            for intervention, skill_ids in self.ranked(d, skills.get(d.id, []), ctx.domain):
                 if intervention.name in used or (intervention.needs_pilot and not ctx.pilot):
                     continue
                 edits = intervention.edit(files, ctx.knobs, {"level_stats": ctx.level_stats})

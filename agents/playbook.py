@@ -5,12 +5,24 @@ move (and which way), whether that metric can be judged on retained rollouts or 
 how to write the edit into the harness files. Edits are made as text changes that keep the rest of each file
 (comments included) as it was, so the candidate's diff shows exactly the one change. Applied interventions
 leave an ``# intervention: NAME`` marker so the Engineer does not apply one twice.
+
+This module holds what any domain can use: the :class:`Intervention` type, the text editors, and the generic
+interventions (group filter, curriculum, truncation, RL knobs). Interventions that know a domain's answer
+format live beside the domain, in ``evotrainer/domains/<domain>/interventions.py`` (a module-level
+``INTERVENTIONS`` list built from the pieces here); :func:`for_domain` imports it lazily and merges both lists by
+``priority``, so ``evotrainer`` never imports ``agents`` and a new domain needs no edit here. The harness files
+these edits write to, and what their code may rely on, are described in ``harness_repo/README.md``.
+
+Try it alone::
+
+    python -c "from agents.playbook import for_domain; print([i.name for i in for_domain('math')])"
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import importlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -23,6 +35,7 @@ Files = dict[str, str]
 @dataclass(frozen=True)
 class Intervention:
     name: str
+    priority: int  # place in the Engineer's fallback order, lower first, across generic and domain interventions
     answers: tuple[str, ...]
     variable: str
     target_metric: str
@@ -121,7 +134,9 @@ def _drop_zero_variance(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     return {"filters.py": new}
 
 
-def _reward_component(name: str, weight: float, func_src: str, intervention: str):
+def reward_component(name: str, weight: float, func_src: str, intervention: str):
+    """An edit that adds the reward component ``func_src`` to rewards.py with ``weight`` in harness.yaml."""
+
     def edit(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
         if marker(intervention) in files["rewards.py"] or name in knobs.reward_weights:
             return None
@@ -133,45 +148,11 @@ def _reward_component(name: str, weight: float, func_src: str, intervention: str
     return edit
 
 
-_CLOSENESS = f'''def closeness(sample: dict) -> float:
-    """Graded credit for a near miss: 1 for the exact answer, falling with the distance from it."""
-    {marker("partial_credit_reward")}
-    text = sample["completion"].split("\\n", 1)[0].strip()
-    try:
-        guess = int(text)
-    except ValueError:
-        return 0.0
-    answer = int(sample["task"]["answer"])
-    return max(0.0, 1.0 - abs(guess - answer) / (abs(answer) + 10))
-'''
-
-_WELL_FORMED = f'''def well_formed(sample: dict) -> float:
-    """1 when the completion ends, and its first line is one integer and nothing else."""
-    {marker("format_reward")}
-    text = sample["completion"].split("\\n", 1)[0].strip()
-    digits = text[1:] if text[:1] in "+-" else text
-    return 1.0 if digits.isdigit() and not sample["truncated"] else 0.0
-'''
-
 _OVERLONG = f'''def overlong(sample: dict) -> float:
     """-1 for a completion cut at the length budget, else 0."""
     {marker("overlong_penalty")}
     return -1.0 if sample["truncated"] else 0.0
 '''
-
-
-def _numeric_match(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
-    src = files["rewards.py"]
-    if marker("numeric_answer_match") in src or "def correct(" not in src:
-        return None
-    new = replace_function(src, "correct", f'''def correct(sample: dict) -> float:
-    """1 when the completion's first line is an integer equal to the task's answer, else 0."""
-    {marker("numeric_answer_match")}
-    text = _answer(sample["completion"])
-    digits = text[1:] if text[:1] in "+-" else text
-    return 1.0 if digits.isdigit() and int(text) == int(sample["task"]["answer"]) else 0.0
-''')
-    return {"rewards.py": new}
 
 
 def _mask_truncated(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
@@ -206,60 +187,72 @@ def _knob(key: str, compute: Callable[[Knobs], float | int | str | None]):
     return edit
 
 
-PLAYBOOK: list[Intervention] = [
+# Generic interventions. Priorities leave gaps of 10 so a domain's own interventions slot in between them
+# (math: partial_credit_reward 20, format_reward 40, numeric_answer_match 50).
+GENERIC: list[Intervention] = [
     Intervention(
-        "drop_zero_variance_groups", ("diluted_batch", "dead_groups"), "filters.keep_group", "kept_dead_ratio",
-        "down", False, "groups whose rewards are all equal stop training",
+        "drop_zero_variance_groups", 10, ("diluted_batch", "dead_groups"), "filters.keep_group",
+        "kept_dead_ratio", "down", False, "groups whose rewards are all equal stop training",
         "such groups carry zero advantage and only dilute the per-sequence loss", _drop_zero_variance),
     Intervention(
-        "partial_credit_reward", ("dead_groups",), "rewards.closeness", "dead_group_ratio", "down", False,
-        "a near-miss answer earns graded credit below a correct one",
-        "all-wrong groups then have reward spread, so they carry advantage toward closer answers",
-        _reward_component("closeness", 0.5, _CLOSENESS, "partial_credit_reward")),
-    Intervention(
-        "reweight_curriculum", ("dead_groups",), "harness.yaml:curriculum_weights", "dead_group_ratio", "down",
-        False, "levels are sampled in proportion to their share of groups with reward spread",
+        "reweight_curriculum", 30, ("dead_groups",), "harness.yaml:curriculum_weights", "dead_group_ratio",
+        "down", False, "levels are sampled in proportion to their share of groups with reward spread",
         "levels that are all solved or all failed give no GRPO signal", _reweight_curriculum),
     Intervention(
-        "format_reward", ("format_failures",), "rewards.well_formed", "dead_group_ratio", "down", False,
-        "a completion that ends with one integer earns a small format reward",
-        "groups of wrong answers then separate well-formed from malformed ones",
-        _reward_component("well_formed", 0.2, _WELL_FORMED, "format_reward")),
-    Intervention(
-        "numeric_answer_match", ("reward_disagreement",), "rewards.correct", "reward_verified_auc", "up", False,
-        "the correctness reward compares the answer as an integer, not as a string",
-        "answers such as '+9' or '09' are right but were scored 0", _numeric_match),
-    Intervention(
-        "mask_truncated", ("truncation", "length_growth"), "harness.yaml:mask_truncated_completions",
+        "mask_truncated", 60, ("truncation", "length_growth"), "harness.yaml:mask_truncated_completions",
         "trained_truncated_rate", "down", False, "truncated completions are masked out of the loss",
         "a cut completion's reward says little about its tokens", _mask_truncated),
     Intervention(
-        "overlong_penalty", ("truncation", "length_growth"), "rewards.overlong", "truncated_advantage", "down",
-        False, "a completion cut at the length budget is penalised",
-        "the policy then gains by ending its answers", _reward_component("overlong", 0.5, _OVERLONG,
-                                                                            "overlong_penalty")),
+        "overlong_penalty", 70, ("truncation", "length_growth"), "rewards.overlong", "truncated_advantage",
+        "down", False, "a completion cut at the length budget is penalised",
+        "the policy then gains by ending its answers", reward_component("overlong", 0.5, _OVERLONG,
+                                                                           "overlong_penalty")),
     Intervention(
-        "raise_max_completion_length", ("correct_but_truncated", "truncation"),
+        "raise_max_completion_length", 80, ("correct_but_truncated", "truncation"),
         "harness.yaml:max_completion_length", "truncation_rate", "down", True,
         "the completion budget doubles", "completions are being cut before they end",
         _knob("max_completion_length", lambda k: min(k.max_completion_length * 2, 4096))),
     Intervention(
-        "raise_temperature", ("dead_groups",), "harness.yaml:temperature", "dead_group_ratio", "down", True,
+        "raise_temperature", 90, ("dead_groups",), "harness.yaml:temperature", "dead_group_ratio", "down", True,
         "sampling temperature rises by 0.3", "more diverse samples split more groups",
         _knob("temperature", lambda k: round(min(k.temperature + 0.3, 1.6), 2) if k.temperature < 1.6 else None)),
     Intervention(
-        "larger_groups", ("dead_groups",), "harness.yaml:group_size", "dead_group_ratio", "down", True,
+        "larger_groups", 100, ("dead_groups",), "harness.yaml:group_size", "dead_group_ratio", "down", True,
         "the group size doubles", "a larger group is more likely to contain both outcomes",
         _knob("group_size", lambda k: min(k.group_size * 2, 16) if k.group_size < 16 else None)),
     Intervention(
-        "dr_grpo_loss", ("length_growth",), "harness.yaml:loss_type", "completion_tokens_mean", "down", True,
+        "dr_grpo_loss", 110, ("length_growth",), "harness.yaml:loss_type", "completion_tokens_mean", "down", True,
         "the loss switches to Dr. GRPO (no per-sequence length normalisation)",
         "normalising by each completion's length penalises a long wrong completion less per token, which "
         "rewards rambling", _knob("loss_type", lambda k: "dr_grpo" if k.loss_type == "grpo" else None)),
     Intervention(
-        "lower_learning_rate", ("accuracy_regression", "edit_regression"), "harness.yaml:learning_rate",
+        "lower_learning_rate", 120, ("accuracy_regression", "edit_regression"), "harness.yaml:learning_rate",
         "verified_rate", "up", True, "the learning rate halves", "the last phase overshot",
         _knob("learning_rate", lambda k: k.learning_rate / 2)),
 ]
 
-BY_NAME = {i.name: i for i in PLAYBOOK}
+
+# --- the public API ------------------------------------------------------------------------------------------
+def for_domain(domain: str) -> list[Intervention]:
+    """The generic interventions plus ``evotrainer.domains.<domain>.interventions.INTERVENTIONS``, by priority.
+
+    A domain without an interventions module gets the generic ones only. Names must be unique across both.
+    """
+    if not domain.isidentifier():
+        raise ValueError(f"bad domain name {domain!r}")
+    module_name = f"evotrainer.domains.{domain}.interventions"
+    try:
+        own = list(importlib.import_module(module_name).INTERVENTIONS)
+    except ModuleNotFoundError as err:
+        if err.name not in (module_name, f"evotrainer.domains.{domain}"):
+            raise  # the module exists but one of its imports is missing: that is a bug, not "no interventions"
+        own = []
+    clash = {i.name for i in own} & {i.name for i in GENERIC}
+    if clash:
+        raise ValueError(f"{module_name} redefines generic interventions {sorted(clash)}")
+    return sorted(GENERIC + own, key=lambda i: i.priority)
+
+
+def find(domain: str, name: str) -> Intervention | None:
+    """The intervention called ``name`` among :func:`for_domain`'s, or None."""
+    return next((i for i in for_domain(domain) if i.name == name), None)

@@ -1,7 +1,8 @@
-"""Task sampling weights per difficulty level for the next phase.
+"""Task sampling weights per difficulty level for the next phase: ``weights(levels, base, history)``.
 
-``base`` is harness.yaml's curriculum_weights; ``history`` maps each level to what the last phase saw there
-(reward_mean, solved_rate, n). The seed harness samples levels by the configured weights, unchanged.
+``base`` is harness.yaml's curriculum_weights; ``history`` maps each level to what the last phase saw there.
+Its fields, and the rules the weights must follow: EvoTrainer's harness_repo/README.md, "curriculum.py".
+The seed harness samples levels by the configured weights, unchanged.
 """
 
 

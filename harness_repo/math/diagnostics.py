@@ -1,8 +1,8 @@
 """Diagnostic metrics of a phase's rollouts, each with an alert threshold. The registry grows over the run.
 
-Every metric takes the list of rollouts (the fields of filters.py, plus kept, the filters' decision; advantage
-is then the one the rollout trained with, 0 when it did not train) and returns a float.
-A backtest fails a candidate that pushes a metric registered here past its threshold.
+``METRICS`` maps a name to ``{fn, min, max, help}``; ``fn(rollouts) -> float`` sees every rollout of the phase
+(fields: EvoTrainer's harness_repo/README.md, "The rollout view", kept included). A backtest fails a
+candidate that drops a metric registered here or pushes one past its threshold.
 """
 
 METRICS: dict[str, dict] = {}

@@ -1,9 +1,7 @@
-"""Which rollouts and groups train. A rollout is a dict with the same fields in training and in the backtest:
-phase, step, group_id, sample_idx, task (the training task, answer included), task_id, difficulty, prompt,
-completion, completion_tokens, truncated, reward, reward_components, and advantage (its GRPO advantage before
-filtering). A group is the list of rollouts of one prompt. Dropped rollouts do not train.
+"""Which rollouts and groups train: ``keep_rollout(rollout) -> bool`` and ``keep_group(group) -> bool``.
 
-The seed harness keeps everything.
+A rollout trains when both keep it; a group is the list of rollouts of one prompt. A rollout's fields:
+EvoTrainer's harness_repo/README.md, "The rollout view". The seed harness keeps everything.
 """
 
 

@@ -1,4 +1,4 @@
-"""Task -> prompt. A task is a dict with id, difficulty, question, expression and answer (training split only).
+"""Task -> prompt: ``make_prompt(task) -> str``. A task's fields: EvoTrainer's harness_repo/README.md, "prompt.py".
 
 The tiny character-level policy reads the compact expression followed by '='.
 """

@@ -1,7 +1,7 @@
-"""Reward components. Each takes one sample and returns a float; harness.yaml's reward_weights combine them.
+"""Reward components: ``COMPONENTS`` maps a name to ``fn(sample) -> float`` (finite); harness.yaml's
+reward_weights combine them. A sample's fields: EvoTrainer's harness_repo/README.md, "rewards.py".
 
-A sample is a dict: prompt, completion, task (the training task, answer included), truncated,
-completion_tokens. The seed harness rewards a correct final answer and nothing else.
+The seed harness rewards a correct final answer and nothing else.
 """
 
 

@@ -1,4 +1,5 @@
-"""Harness self-tests: plain functions named test_*, run by the sandbox runner before any candidate can pass."""
+"""Harness self-tests: plain functions named test_*, run by the sandbox runner before any candidate can pass
+(see EvoTrainer's harness_repo/README.md, "tests/")."""
 
 from filters import keep_group, keep_rollout
 from prompt import make_prompt

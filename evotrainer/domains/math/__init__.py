@@ -1,9 +1,17 @@
 """Math domain: integer arithmetic chains from reasoning-gym's ``chain_sum`` generator at four difficulty levels.
 
-Levels are sized for the tiny character-level policy of the demo (after its warm-up it solves roughly a quarter of
-levels 1-2 and little of levels 3-4), which gives RL both solved and unsolved groups to work with. A real model can use the same levels or
-harder ones. The canonical prompt is the compact expression (``"37-5+8="``); the verifier reads the completion
-up to its first newline and accepts it when it is an integer literal equal to the answer.
+Levels are sized for the tiny character-level policy of the demo (after its warm-up it solves roughly a quarter
+of levels 1-2 and little of levels 3-4), which gives RL both solved and unsolved groups to work with. A real
+model can use the same levels or harder ones. The canonical prompt is the compact expression (``"37-5+8="``);
+the verifier reads the completion up to its first newline and accepts it when it is an integer literal equal to
+the answer.
+
+This package is the evaluator's side (tasks, canonical prompt, verifier). Beside it, ``interventions.py`` holds
+the Engineer's math-only harness edits; only ``agents.playbook`` imports it, lazily, so nothing here imports
+``agents``. Try it alone::
+
+    python -c "from evotrainer.domains.math import MathDomain; d = MathDomain(); \
+               tr, ev = d.generate(0, 8, 4); print(d.canonical_prompt(ev[0]), ev[0]['answer'])"
 """
 
 from __future__ import annotations
