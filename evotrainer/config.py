@@ -16,6 +16,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sandbox import DEFAULT_IMAGE, SandboxLimits
+
 
 class ConfigError(ValueError):
     """A configuration problem, with a message meant for the user (one line per problem)."""
@@ -107,21 +109,14 @@ class SandboxConfig(_Section):
         "auto", description="auto = the strongest available: Docker when a daemon answers, else bubblewrap, else "
         "unshare (no network, private mounts), else a plain rlimit-limited process"
     )
-    image: str = Field("evotrainer-sandbox:latest", description="Docker image built from sandbox/Dockerfile")
-    memory_mb: int = Field(2048, ge=64, description="address-space / memory limit of sandboxed harness code")
-    cpu_s: int = Field(300, ge=1, description="CPU-seconds limit of one sandboxed process")
-    call_timeout_s: float = Field(60, gt=0, description="wall-clock limit of one call into harness code")
+    image: str = Field(DEFAULT_IMAGE, description="Docker image built from sandbox/Dockerfile (docker backend)")
+    limits: SandboxLimits = Field(default_factory=SandboxLimits, description="resource limits of harness code")
 
 
 class AgentConfig(_Section):
     model: str = Field(
-        "heuristic", description="'heuristic' = built-in deterministic agent; otherwise a litellm model name"
+        "heuristic", description="'heuristic' = built-in deterministic agent (the only one in this version)"
     )
-    fallbacks: list[str] = Field(default_factory=list, description="litellm models tried when the first fails")
-    temperature: float = Field(0.2, ge=0, le=2, description="sampling temperature of LLM calls")
-    timeout_s: float = Field(120, gt=0, description="timeout of one LLM call")
-    retries: int = Field(2, ge=0, description="retries of a failed or malformed LLM answer")
-    max_cost_usd: float = Field(5.0, ge=0, description="budget of this role's LLM calls over the run")
 
     @field_validator("model")
     @classmethod

@@ -1,18 +1,49 @@
 """What a person watching ``evotrainer run`` sees: progress bars for long steps and a summary per phase.
 
 Per phase it prints held-out accuracy, the diagnoses (confirmed or rejected, with the Critic's reason), each
-candidate edit with its backtest verdict and reasons, and what was promoted to ``main``. Everything printed
-here is also in ``events.jsonl``; this module only renders.
+candidate edit with its backtest verdict and reasons, and what was promoted to ``main``. :func:`summarize` turns
+the run's state into that summary (also logged as the ``phase_summary`` event); this module only renders.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from evotrainer.contracts import EvalResult
+
+if TYPE_CHECKING:
+    from evotrainer.loop.state import RunState
+
+
+def summarize(state: RunState, effects: list[dict], baseline: EvalResult | None) -> dict:
+    """The phase summary of ``state`` (printed by :meth:`Reporter.phase_summary`, logged as ``phase_summary``)."""
+    results = state.results
+    cur = results[-1]
+    prev = results[-2].eval.accuracy if len(results) > 1 else (baseline.accuracy if baseline else None)
+    promoted = [{"branch": p.branch, "main_sha": p.main_sha, "hypothesis": p.candidate.hypothesis}
+                for p in state.promotions if p.phase == state.phase]
+    by_branch = {c.branch: c for c in state.candidates}
+    cands = []
+    for r in state.reports:
+        c = by_branch.get(r.branch)
+        verdict = f"passed, not promoted ({state.held[r.branch]})" if r.branch in state.held else r.verdict
+        cands.append({"branch": r.branch, "verdict": verdict, "reasons": r.reasons,
+                      "variable": c.variable if c else "", "intervention": c.intervention if c else ""})
+    return {
+        "phase": state.phase, "accuracy": cur.eval.accuracy, "previous_accuracy": prev, "eval_n": cur.eval.n,
+        "previous_label": "previous" if len(results) > 1 else "start",
+        "by_difficulty": cur.eval.by_difficulty, "harness_sha": cur.harness_sha, "train_s": cur.wall_time_s,
+        "reward_mean": cur.train.get("reward_mean", 0.0), "dead_group_ratio": cur.train.get("dead_group_ratio", 0.0),
+        "kept_fraction": cur.train.get("kept_fraction", 0.0), "truncation_rate": cur.train.get("truncation_rate", 0.0),
+        "diagnoses": [d.model_dump(include={"id", "layer", "failure_mode", "statement", "status", "critique"})
+                      for d in state.diagnoses],
+        "candidates": cands, "promoted": promoted, "effects": effects,
+    }
 
 
 class Reporter:

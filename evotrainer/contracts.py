@@ -9,6 +9,7 @@ them in its checkpointed state as plain JSON (``model_dump(mode="json")``) and r
     Diagnosis       a claim about what is failing, with the evidence behind it
     Candidate       one single-variable harness edit on its own branch, with its hypothesis
     BacktestReport  the checks a candidate was judged by, and the verdict
+    Promotion       a candidate merged into main, with what it answered (kept in the run's state)
     Skill           a reusable intervention the Librarian keeps across phases and runs
 """
 
@@ -44,16 +45,16 @@ class Rollout(_Model):
     tool_calls: int = 0
     extra: dict[str, Any] = Field(default_factory=dict)
 
-    @property
-    def rollout_id(self) -> str:
-        return f"{self.group_id}/{self.sample_idx}"
-
 
 class EvalResult(_Model):
     accuracy: float = Field(description="fraction of held-out tasks the verifier accepted")
     n: int = Field(description="number of held-out tasks")
     by_difficulty: dict[str, float] = Field(default_factory=dict)
     truncated_rate: float = 0.0
+    items: dict[str, float] = Field(
+        default_factory=dict, description="per held-out task id, the share of its samples the verifier accepted "
+        "(0 or 1 under greedy decoding): what paired comparisons of two checkpoints are computed on"
+    )
 
 
 class PhaseResult(_Model):
@@ -134,6 +135,17 @@ class BacktestReport(_Model):
     runtime_s: float
     rollouts: int = Field(description="retained rollouts the replay ran on")
     sandbox: str = Field(description="which sandbox ran the harness code")
+
+
+class Promotion(_Model):
+    phase: int = Field(description="phase after which the candidate was promoted (it first trains in phase + 1)")
+    branch: str
+    sha: str = Field(description="the candidate commit")
+    main_sha: str = Field(description="main after the merge")
+    candidate: Candidate
+    failure_mode: str = "unknown"
+    statement: str = Field("", description="the diagnosis the edit answered")
+    backtest: list[str] = Field(default_factory=list, description="the backtest's reasons")
 
 
 class Skill(_Model):

@@ -25,7 +25,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 BOT = git.Actor("EvoTrainer", "evotrainer@localhost")
-TRAILERS = ["Diagnosis", "Hypothesis", "Variable", "Expected", "Rollback", "Backtest"]
 HARNESS_FILES = ["harness.yaml", "prompt.py", "rewards.py", "filters.py", "curriculum.py", "diagnostics.py"]
 
 
@@ -63,12 +62,18 @@ class KnobsError(ValueError):
 
 
 def read_knobs(harness_dir: Path) -> Knobs:
-    path = Path(harness_dir) / "harness.yaml"
+    """harness.yaml of a harness directory, validated."""
     try:
-        data = yaml.safe_load(path.read_text())
-        return Knobs.model_validate(data)
+        text = (Path(harness_dir) / "harness.yaml").read_text()
     except FileNotFoundError:
         raise KnobsError("harness.yaml: missing") from None
+    return parse_knobs(text)
+
+
+def parse_knobs(text: str) -> Knobs:
+    """The text of a harness.yaml, validated (raises KnobsError with one readable line)."""
+    try:
+        return Knobs.model_validate(yaml.safe_load(text))
     except yaml.YAMLError as err:
         raise KnobsError(f"harness.yaml: not valid YAML: {str(err).splitlines()[0]}") from None
     except ValidationError as err:
@@ -127,6 +132,14 @@ class HarnessRepo:
 
     def show_file(self, ref: str, name: str) -> str:
         return self.repo.git.show(f"{ref}:{name}")
+
+    def knobs(self, ref: str) -> Knobs:
+        """harness.yaml at ``ref``, read with ``git show`` (no checkout) and validated."""
+        try:
+            text = self.show_file(ref, "harness.yaml")
+        except git.GitCommandError:
+            raise KnobsError("harness.yaml: missing") from None
+        return parse_knobs(text)
 
     def message(self, ref: str) -> str:
         return self.repo.commit(ref).message

@@ -11,7 +11,8 @@ exactly as a user of TRL would. A value that names a local path must hold a chec
 made absolute at ``evotrainer init``, so the run works from any directory. A mistyped path fails at start with one
 line instead of reaching the hub as an id.
 
-Run ``python -m evotrainer.policy RUN_DIR`` to build a run's tiny policy by hand.
+Build a run's tiny policy by hand with
+``python -c "from evotrainer.rundir import RunDir; print(RunDir('runs/demo').ensure_policy())"``.
 """
 
 from __future__ import annotations
@@ -216,12 +217,3 @@ def ensure_base_policy(cfg: Config, run_dir: Path, train_tasks: list[dict], cano
     shutil.copytree(cached, tmp)
     tmp.rename(target)
     return str(target)
-
-
-if __name__ == "__main__":
-    import sys
-
-    from evotrainer.rundir import RunDir
-
-    rd = RunDir(Path(sys.argv[1]))
-    print(rd.ensure_policy())

@@ -10,6 +10,7 @@ Only one process may drive a run directory at a time.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -18,15 +19,13 @@ from rich.markup import escape
 from evotrainer.config import apply_overrides
 from evotrainer.console import Reporter
 from evotrainer.rundir import RunDir, RunDirError
-
-
-class RunError(RuntimeError):
-    pass
+from evotrainer.trainer.wire import EvalRequest
 
 
 def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None = None) -> dict:
     from agents import build_agents
-    from evotrainer.graph import THREAD, Runtime, build_graph, open_checkpointer
+    from evotrainer.graph import THREAD, build_graph, open_checkpointer
+    from evotrainer.loop.runtime import Runtime
     from evotrainer.trainer.client import connect
 
     reporter = reporter or Reporter()
@@ -58,7 +57,7 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
             baseline = _baseline(rd, cfg, trainer, base, reporter)
             rt = Runtime(rd=rd, cfg=cfg, trainer=trainer, agents=build_agents(cfg, str(rd.skills_path(cfg))),
                          reporter=reporter, base_policy=base, baseline=baseline)
-            with open_checkpointer(rd.state_db) as saver:
+            with contextlib.closing(rt), open_checkpointer(rd.state_db) as saver:
                 graph = build_graph(rt, saver)
                 snap = graph.get_state(THREAD)
                 if snap.next:
@@ -77,7 +76,7 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
         rd.events.emit("run_failed", error=f"{type(err).__name__}: {err}")
         raise
     results = values.get("results", [])
-    rd.set_status("done", phase=values.get("phase", 0), accuracy=[r["eval"]["accuracy"] for r in results],
+    rd.set_status("done", phase=values.get("phase", 0), accuracy=[r.eval.accuracy for r in results],
                   wall_time_s=round(time.time() - t0, 1))
     rd.events.emit("run_done", phase=values.get("phase", 0), wall_time_s=round(time.time() - t0, 1))
     return values
@@ -89,9 +88,7 @@ def _baseline(rd: RunDir, cfg, trainer, base: str, reporter: Reporter):
     if result is None:
         t = time.time()
         with reporter.progress("evaluating the starting policy on the held-out split"):
-            result = trainer.evaluate(str(rd.root), base, cfg.domain, cfg.training.eval_max_new_tokens,
-                                      device=cfg.policy.device, dtype=cfg.policy.dtype,
-                                      timeout_s=cfg.trainer.phase_timeout_s)
+            result = trainer.evaluate(EvalRequest.make(cfg, str(rd.root), base), timeout_s=cfg.trainer.phase_timeout_s)
         rd.save_baseline(base, result)
         rd.events.emit("baseline", checkpoint=base, accuracy=result.accuracy, n=result.n,
                        by_difficulty=result.by_difficulty, seconds=round(time.time() - t, 2))

@@ -10,14 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from agents.playbook import BY_NAME
+from agents.playbook import find
 from evotrainer.backtest import run_backtest
+from evotrainer.config import BacktestConfig, SandboxConfig
 from evotrainer.contracts import Candidate
 from evotrainer.harness import HarnessRepo, read_knobs
-from evotrainer.sandbox import SandboxLimits
+from sandbox import SandboxLimits
 from tests.conftest import VIEW_CHECKING_FILTERS, rollouts, tasks_for
 
 LIMITS = SandboxLimits(memory_mb=1024, cpu_s=60, call_timeout_s=5)
+SANDBOX = SandboxConfig(limits=LIMITS)
+SETTINGS = BacktestConfig(bootstrap=100, test_timeout_s=4)
 
 
 @pytest.fixture
@@ -50,13 +53,13 @@ def _commit(repo: HarnessRepo, edits: dict[str, str], variable: str, metric: str
 
 
 def _judge(repo: HarnessRepo, cand: Candidate, rows: list[dict]):
-    return run_backtest(repo, cand, rows, tasks_for(rows), main_sha=repo.sha("main"), limits=LIMITS,
-                        backend="auto", hide=[], time_budget_s=120, bootstrap=100, tolerance=0.01, test_timeout_s=4)
+    return run_backtest(repo, cand, rows, tasks_for(rows), main_sha=repo.sha("main"), settings=SETTINGS,
+                        sandbox=SANDBOX, hide=[])
 
 
 def test_group_filter_that_drops_dead_groups_passes(repo, rows):
-    edits = BY_NAME["drop_zero_variance_groups"].edit({"filters.py": repo.show_file("main", "filters.py")},
-                                                      read_knobs(repo.path), {})
+    edits = find("math", "drop_zero_variance_groups").edit({"filters.py": repo.show_file("main", "filters.py")},
+                                                         read_knobs(repo.path), {})
     cand = _commit(repo, edits, "filters.keep_group", "kept_dead_ratio", "down", "drop_zero_variance_groups")
     report = _judge(repo, cand, rows)
     assert report.verdict == "promote", report.reasons
@@ -123,8 +126,8 @@ def test_broken_knobs_are_rejected_before_any_code_runs(repo, rows):
 
 
 def test_filters_see_the_same_rollout_fields_in_replay_as_in_training(repo, rows, tmp_path):
-    from evotrainer.backtest import replay
-    from evotrainer.sandbox import HarnessWorker
+    from evotrainer.replay import replay
+    from sandbox import HarnessWorker
 
     cand = _commit(repo, {"filters.py": VIEW_CHECKING_FILTERS}, "filters.keep_rollout", "kept_fraction", "down")
     harness = repo.export(cand.sha, tmp_path / "candidate")

@@ -40,8 +40,12 @@ def check_finished_run(run_dir: Path, phases: int, env: dict) -> dict:
     status = json.loads(cli(["status", str(run_dir), "--json"], env).stdout)
     assert status["state"] == "done" and status["phase"] == phases, status
     assert sorted(status["accuracy"]) == [str(p) for p in range(1, phases + 1)]
-    assert all(0.0 <= a <= 1.0 for a in status["accuracy"].values())
-    assert 0.0 <= status["baseline_accuracy"] <= 1.0  # the starting policy, measured by the trainer service
+    for phase, accuracy in status["accuracy"].items():  # what status shows is what the trainer published
+        result = json.loads((run_dir / "checkpoints" / f"phase-{int(phase):04d}" / "result.json").read_text())
+        assert accuracy == result["eval"]["accuracy"] and result["eval"]["n"] == status["eval_n"] == 40
+        assert round(accuracy * 40, 6) == int(round(accuracy * 40))  # a share of 40 scored items
+    baseline = json.loads((run_dir / "baseline.json").read_text())  # the starting policy, measured by the service
+    assert status["baseline_accuracy"] == baseline["eval"]["accuracy"] and baseline["eval"]["n"] == 40
 
     # every rollout of every phase, with the Rollout fields, exactly once
     per_phase = 6 * 4 * 8  # steps x prompts x group size of the FAST config
@@ -108,9 +112,20 @@ def test_two_phase_run_through_the_real_trainer_service(tmp_path: Path, cli_env)
 
     # show explains any candidate: its message, diff and backtest report
     entries = json.loads(cli(["log", str(run_dir), "--json"], cli_env).stdout)
-    if entries:
-        shown = cli(["show", str(run_dir), entries[0]["branch"]], cli_env).stdout
-        assert "backtest" in shown and "diff" in shown.lower() or "+++" in shown
+    assert entries, "the run proposed no candidate"
+    shown = cli(["show", str(run_dir), entries[0]["branch"]], cli_env).stdout
+    assert "backtest" in shown and "+++" in shown and entries[0]["sha"] in shown
+    # the loop evolved: a diagnosis was confirmed, a candidate committed, backtested with a note, and logged
+    critiques = [e for e in events if e["kind"] == "node_end" and e["node"] == "critique"]
+    assert any(status == "confirmed" for e in critiques for status, _ in e["verdicts"].values()), critiques
+    assert entries and all(e["verdict"] in ("promote", "reject") for e in entries), entries
+    repo = git.Repo(run_dir / "harness")
+    note = json.loads(repo.git.notes("--ref=backtest", "show", entries[0]["sha"]))
+    assert note["branch"] == entries[0]["branch"] and note["checks"] and note["verdict"] == entries[0]["verdict"]
+    assert any(e["kind"] == "verdict" and e["branch"] == entries[0]["branch"] for e in events)
+    log_text = " ".join(cli(["log", str(run_dir)], cli_env).stdout.split())
+    assert entries[0]["branch"] in log_text and entries[0]["verdict"] in log_text
+
     bad = cli(["show", str(run_dir), "no-such-ref"], cli_env, check=False)
     assert bad.returncode == 2 and "unknown ref" in bad.stdout
 

@@ -16,7 +16,7 @@ import torch
 from evotrainer import config as C
 from evotrainer.harness import HarnessRepo
 from evotrainer.rollouts import read_rollouts
-from evotrainer.rollouts import trained as did_train
+from evotrainer.scoring import trained as did_train
 from evotrainer.rundir import RunDir
 from tests.conftest import FAST, VIEW_CHECKING_FILTERS
 
@@ -39,11 +39,12 @@ def _weights(path: str) -> dict[str, torch.Tensor]:
 
 
 def _request(rd: RunDir, phase: int, sha: str):
-    from evotrainer.trainer.grpo import PhaseRequest
+    from evotrainer.config import SandboxConfig
+    from evotrainer.trainer.wire import PhaseRequest
 
     return PhaseRequest(run_dir=str(rd.root), phase=phase, harness_sha=sha,
                         init_checkpoint=str(rd.root / "policy" / "base"), steps=3, prompts_per_step=4, seed=0,
-                        eval_max_new_tokens=8, sandbox_backend="process")
+                        eval_max_new_tokens=8, sandbox=SandboxConfig(backend="process"))
 
 
 def _with_group_filter(run_dir: RunDir, name: str, keep: str) -> str:
@@ -92,7 +93,8 @@ def test_group_filter_decides_what_trains(run_dir: RunDir):
     assert not any(did_train(r) for r in cut) and all(did_train(r) for r in rows if not r["truncated"])
     trained = _weights(kept.checkpoint_path)
     assert any(not torch.equal(base[k], trained[k]) for k in base), "the seed harness did not train"
-    assert 0.0 <= kept.eval.accuracy <= 1.0 and kept.eval.n == 40
+    assert kept.eval.n == 40 and sorted(kept.eval.by_difficulty) == ["1", "2", "3", "4"]
+    assert round(kept.eval.accuracy * 40, 6) == int(round(kept.eval.accuracy * 40))  # a share of 40 items
     # a finished phase is never trained twice: asking again returns the published result
     assert run_phase(_request(run_dir, 2, repo.sha("main"))).wall_time_s == kept.wall_time_s
 
@@ -109,6 +111,7 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
     import signal
 
     from evotrainer.trainer.client import LocalService, TrainerClient, TrainerLost
+    from evotrainer.trainer.wire import EvalRequest
 
     restarts: list[str] = []
     service = LocalService(run_dir.root, env={"EVOTRAINER_CACHE": str(policy_cache)}, on_restart=restarts.append)
@@ -118,8 +121,8 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
         first_pid = service.proc.pid
         os.kill(first_pid, signal.SIGKILL)
         service.proc.wait()
-        result = client.evaluate(str(run_dir.root), base, "math", 8)
-        assert result.n == 40 and 0.0 <= result.accuracy <= 1.0
+        result = client.evaluate(EvalRequest(run_dir=str(run_dir.root), checkpoint=base, max_new_tokens=8))
+        assert result.n == 40 and sorted(result.by_difficulty) == ["1", "2", "3", "4"]
         assert service.proc.pid != first_pid and len(restarts) == 1
         assert "killed by SIGKILL" in restarts[0] and "trainer.log" in restarts[0]
         assert client.restarts_in_a_row == 0  # a finished call resets the count
@@ -128,7 +131,7 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
         os.kill(service.proc.pid, signal.SIGKILL)
         service.proc.wait()
         with pytest.raises(TrainerLost, match="restarted 0 time.* in a row already .*trainer.max_restarts"):
-            client.evaluate(str(run_dir.root), base, "math", 8)
+            client.evaluate(EvalRequest(run_dir=str(run_dir.root), checkpoint=base, max_new_tokens=8))
     finally:
         client.close()
         service.stop()
@@ -136,7 +139,7 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
 
     remote = TrainerClient("http://127.0.0.1:9")  # nothing listens there, and it is not ours to restart
     with pytest.raises(TrainerLost, match="not started by this run"):
-        remote.evaluate(str(run_dir.root), base, "math", 8)
+        remote.evaluate(EvalRequest(run_dir=str(run_dir.root), checkpoint=base, max_new_tokens=8))
 
 
 def test_a_step_whose_rollouts_are_all_filtered_out_leaves_the_weights_alone(run_dir: RunDir):
@@ -154,3 +157,77 @@ def test_a_step_whose_rollouts_are_all_filtered_out_leaves_the_weights_alone(run
     base = _weights(str(run_dir.root / "policy" / "base"))
     assert any(not torch.equal(base[k], after_one[k]) for k in base), "step 1 did not train"
     assert all(torch.equal(after_one[k], after_three[k]) for k in base), "a filtered-out step moved the weights"
+
+
+# a harness that exercises every part of the scoring contract: two weighted components and a reward scale, batch
+# scaling, truncation masking, and filters that drop single rollouts and whole groups
+_SCORING_REWARDS = '''
+def correct(sample):
+    return 1.0 if sample["completion"].split("\\n", 1)[0].strip() == sample["task"]["answer"] else 0.0
+
+
+def shorter(sample):
+    return -0.1 * sample["completion_tokens"]
+
+
+COMPONENTS = {"correct": correct, "shorter": shorter}
+'''
+_SCORING_FILTERS = '''
+def keep_rollout(rollout):
+    return rollout["sample_idx"] != 3
+
+
+def keep_group(group):
+    return len(group[0]["completion"]) % 3 != 0
+'''
+
+
+@pytest.mark.parametrize("scale", ["group", "batch"])
+def test_replay_reproduces_what_training_logged(run_dir: RunDir, scale: str):
+    """One scoring contract: main replayed on a trained phase's rollouts gives the logged rewards, advantages and
+    kept flags exactly, so the backtest judges the harness that trains."""
+    from evotrainer.replay import replay
+    from evotrainer.trainer.grpo import run_phase
+    from sandbox import HarnessWorker
+
+    repo = HarnessRepo(run_dir.harness)
+    knobs = repo.show_file("main", "harness.yaml")
+    for old, new in (("scale_rewards: group", f"scale_rewards: {scale}"), ("reward_scale: 1.0", "reward_scale: 2.5"),
+                     ("mask_truncated_completions: false", "mask_truncated_completions: true"),
+                     ("max_completion_length: 8", "max_completion_length: 3"),
+                     ("  correct: 1.0", "  correct: 1.0\n  shorter: 0.7")):
+        assert old in knobs
+        knobs = knobs.replace(old, new)
+    sha = repo.commit_candidate(f"candidates/test-scoring-{scale}", repo.sha("main"),
+                                {"harness.yaml": knobs, "rewards.py": _SCORING_REWARDS,
+                                 "filters.py": _SCORING_FILTERS}, "scoring contract", "test", {})
+    result = run_phase(_request(run_dir, 20 + (scale == "batch"), sha))
+    logged = read_rollouts(Path(result.rollout_path))
+    tasks = {t["id"]: t for t in run_dir.train_tasks()}
+    with repo.worktree(sha) as harness, HarnessWorker(harness, backend="process") as worker:
+        replayed = replay(worker, harness, logged, tasks)["rows"]
+    assert [r["reward"] for r in replayed] == [r["reward"] for r in logged]
+    assert [r["kept"] for r in replayed] == [r["kept"] for r in logged]
+    assert [r["advantage"] for r in replayed] == [r["advantage"] for r in logged]
+    assert [r["trained"] for r in replayed] == [did_train(r) for r in logged]
+    # the harness made every kind of decision, so the equalities above are not vacuous
+    assert {r["kept"] for r in logged} == {True, False} and any(r["truncated"] and r["kept"] for r in logged)
+    assert any(r["advantage"] > 0 for r in logged) and len({r["reward"] for r in logged}) > 2
+
+
+def test_a_pilot_sees_the_same_tasks_as_main_and_publishes_nothing(run_dir: RunDir):
+    """Pilots judge knob edits: main and a candidate piloted with the same request differ only by the edit."""
+    from evotrainer.trainer.grpo import run_pilot
+
+    repo = HarnessRepo(run_dir.harness)
+    knobs = repo.show_file("main", "harness.yaml").replace("temperature: 1.0 ", "temperature: 1.6 ")
+    hot = repo.commit_candidate("candidates/test-pilot", repo.sha("main"), {"harness.yaml": knobs},
+                                "harness.yaml: temperature", "test", {})
+    request = _request(run_dir, 30, repo.sha("main")).model_copy(update={"steps": 2, "pilot": True})
+    main = run_pilot(request)
+    cand = run_pilot(request.model_copy(update={"harness_sha": hot}))
+    main_rows, cand_rows = read_rollouts(Path(main.rollout_path)), read_rollouts(Path(cand.rollout_path))
+    assert [r["task_id"] for r in main_rows] == [r["task_id"] for r in cand_rows] and len(main_rows) == 2 * 4 * 8
+    assert {r["harness_sha"] for r in cand_rows} == {hot} and main.stats["groups"] == 8
+    assert [r["completion"] for r in main_rows] != [r["completion"] for r in cand_rows]  # the knob acted
+    assert not run_dir.checkpoint(30).exists() and not run_dir.rollout_file(30).exists()

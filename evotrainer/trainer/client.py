@@ -29,8 +29,8 @@ from typing import Any, Callable, Iterator
 import httpx
 
 from evotrainer.contracts import EvalResult, PhaseResult
-from evotrainer.sandbox import exit_reason
-from evotrainer.trainer.grpo import PilotResult
+from evotrainer.trainer.wire import EvalRequest, PhaseRequest, PilotResult
+from sandbox import exit_reason
 
 
 class TrainerError(RuntimeError):
@@ -82,8 +82,8 @@ class TrainerClient:
     def health(self) -> dict:
         return self.http.get("/health").raise_for_status().json()
 
-    def start_phase(self, request: dict[str, Any]) -> str:
-        resp = self.http.post("/phases", json=request)
+    def start_phase(self, request: PhaseRequest) -> str:
+        resp = self.http.post("/phases", json=request.model_dump(mode="json"))
         if resp.status_code >= 400:
             raise TrainerError(f"trainer refused the phase: {_detail(resp)}")
         return resp.json()["job"]
@@ -94,21 +94,21 @@ class TrainerClient:
             raise TrainerLost(f"the service no longer knows job {job}")
         return resp.raise_for_status().json()
 
-    def run_phase(self, request: dict[str, Any], on_progress: Callable[[dict], None] = lambda _: None,
+    def run_phase(self, request: PhaseRequest, on_progress: Callable[[dict], None] = lambda _: None,
                   timeout_s: float = 7200, interval_s: float = 0.5) -> PhaseResult:
         return PhaseResult.model_validate(self._wait(request, on_progress, timeout_s, interval_s))
 
-    def run_pilot(self, request: dict[str, Any], on_progress: Callable[[dict], None] = lambda _: None,
+    def run_pilot(self, request: PhaseRequest, on_progress: Callable[[dict], None] = lambda _: None,
                   timeout_s: float = 1800, interval_s: float = 0.5) -> PilotResult:
-        request = {**request, "pilot": True}
+        request = request.model_copy(update={"pilot": True})
         return PilotResult.model_validate(self._wait(request, on_progress, timeout_s, interval_s))
 
-    def _wait(self, request: dict[str, Any], on_progress: Callable[[dict], None], timeout_s: float,
+    def _wait(self, request: PhaseRequest, on_progress: Callable[[dict], None], timeout_s: float,
               interval_s: float) -> dict:
-        what = f"{'piloting' if request.get('pilot') else 'training'} phase {request['phase']}"
+        what = f"{'piloting' if request.pilot else 'training'} phase {request.phase}"
         return self._retrying(what, lambda: self._wait_once(request, on_progress, timeout_s, interval_s))
 
-    def _wait_once(self, request: dict[str, Any], on_progress: Callable[[dict], None], timeout_s: float,
+    def _wait_once(self, request: PhaseRequest, on_progress: Callable[[dict], None], timeout_s: float,
                    interval_s: float) -> dict:
         job = self.start_phase(request)
         deadline = time.time() + timeout_s
@@ -118,22 +118,19 @@ class TrainerClient:
             if status["state"] == "done":
                 return status["result"]
             if status["state"] == "failed":
-                raise TrainerError(f"phase {request['phase']} failed in the trainer: {status['error']}")
+                raise TrainerError(f"phase {request.phase} failed in the trainer: {status['error']}")
             time.sleep(interval_s)
-        raise TrainerError(f"phase {request['phase']} did not finish within {timeout_s:.0f} s")
+        raise TrainerError(f"phase {request.phase} did not finish within {timeout_s:.0f} s")
 
-    def evaluate(self, run_dir: str, checkpoint: str, domain: str, max_new_tokens: int, device: str = "auto",
-                 dtype: str = "auto", timeout_s: float = 1800) -> EvalResult:
-        """Held-out accuracy of ``checkpoint`` with the evaluator's prompt and verifier (blocks until done)."""
+    def evaluate(self, request: EvalRequest, timeout_s: float = 1800) -> EvalResult:
+        """Held-out accuracy of a checkpoint with the evaluator's prompt and verifier (blocks until done)."""
         def call() -> EvalResult:
-            resp = self.http.post("/evaluate", json={"run_dir": run_dir, "checkpoint": checkpoint, "domain": domain,
-                                                      "max_new_tokens": max_new_tokens, "device": device,
-                                                      "dtype": dtype}, timeout=timeout_s)
+            resp = self.http.post("/evaluate", json=request.model_dump(mode="json"), timeout=timeout_s)
             if resp.status_code >= 400:
                 raise TrainerError(f"evaluation failed: {_detail(resp)}")
             return EvalResult.model_validate(resp.json())
 
-        return self._retrying(f"evaluating {checkpoint}", call)
+        return self._retrying(f"evaluating {request.checkpoint}", call)
 
     def close(self) -> None:
         self.http.close()

@@ -4,12 +4,11 @@
 
 API (JSON):
     GET  /health                  {"ok", "pid", "device", "busy", "job"}
-    POST /phases                  PhaseRequest -> {"job"}; idempotent for the same run, phase and harness sha;
+    POST /phases                  wire.PhaseRequest -> {"job"}; idempotent for the same run, phase and harness sha;
                                   with "pilot": true, a few steps whose rollouts judge a knob edit
     GET  /phases/{job}            {"state": running|done|failed, "progress", "result", "error"}
                                   (result: PhaseResult, or PilotResult for a pilot)
-    POST /evaluate                {"run_dir", "checkpoint", "domain", "max_new_tokens", "device", "dtype"}
-                                  -> EvalResult on the run's held-out split (409 while a phase runs)
+    POST /evaluate                wire.EvalRequest -> EvalResult on the run's held-out split (409 while a phase runs)
     POST /shutdown                stops the process
 
 One phase runs at a time, in a worker thread; a second different request while busy gets 409. With
@@ -29,18 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
-from pydantic import BaseModel
 
-from evotrainer.trainer.grpo import PhaseRequest, run_phase, run_pilot
-
-
-class EvalRequest(BaseModel):
-    run_dir: str
-    checkpoint: str
-    domain: str = "math"
-    max_new_tokens: int = 16
-    device: str = "auto"
-    dtype: str = "auto"
+from evotrainer.trainer.wire import EvalRequest, PhaseRequest
 
 
 # The heavy imports (torch, transformers, TRL: ~20 s on a small CPU) run in a background thread at start, while
@@ -104,6 +93,8 @@ def create_app() -> FastAPI:
         def work() -> None:
             try:
                 _PRELOADED.wait()
+                from evotrainer.trainer.grpo import run_phase, run_pilot
+
                 run = run_pilot if req.pilot else run_phase
                 result = run(req, progress=lambda p: job.__setitem__("progress", p))
                 job["result"] = result.model_dump(mode="json")
@@ -130,12 +121,12 @@ def create_app() -> FastAPI:
     def evaluate_checkpoint(req: EvalRequest) -> dict:
         from evotrainer.domains import get_domain
         from evotrainer.rundir import RunDir
-        from evotrainer.trainer.grpo import PolicyLoadError, _device, evaluate, load_policy
+        from evotrainer.trainer.model import PolicyLoadError, evaluate, load_policy, resolve_device
 
         if jobs.active is not None:  # one job owns the accelerator at a time
             raise HTTPException(409, f"busy with job {jobs.active}")
         _PRELOADED.wait()
-        dev = _device(req.device)
+        dev = resolve_device(req.device)
         try:
             model, tokenizer, _ = load_policy(req.checkpoint, dev, req.dtype, False, 0)
         except PolicyLoadError as err:

@@ -34,5 +34,5 @@ def test_known_reward_hack_scores_zero():
 
 def test_filters_accept_a_plain_rollout():
     rollout = {"completion": "9", "reward": 1.0, "truncated": False}
-    assert keep_rollout(rollout) in (True, False)
-    assert keep_group([rollout]) in (True, False)
+    assert isinstance(keep_rollout(rollout), bool)
+    assert isinstance(keep_group([rollout]), bool)

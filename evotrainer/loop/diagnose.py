@@ -1,0 +1,50 @@
+"""Step 2: the Diagnostician reads the phase's evidence and says what is failing, with evidence.
+
+It reads the phase just trained (and, in a further evidence round, earlier phases trained on the same harness),
+the run's results, main's diagnostics registry and knobs (:func:`phase_evidence`, which the Critic reads too),
+and returns Diagnoses.
+"""
+
+from __future__ import annotations
+
+import time
+
+from agents import PhaseEvidence
+from evotrainer.domains import get_domain
+from evotrainer.loop.runtime import Runtime
+from evotrainer.loop.state import RunState
+from evotrainer.rundir import RunDir
+
+
+def phases_in_view(state: RunState, rd: RunDir) -> list[int]:
+    """The phase just trained, plus one earlier phase per extra evidence round, when it trained on the same harness."""
+    sha_of = {r.phase: r.harness_sha for r in state.results}
+    first = max(1, state.phase - state.evidence_round)
+    return [p for p in range(first, state.phase + 1)
+            if rd.rollout_file(p).exists() and sha_of.get(p) == sha_of.get(state.phase)]
+
+
+def phase_evidence(rt: Runtime, state: RunState) -> PhaseEvidence:
+    """What the Diagnostician and the Critic read about the phase that just trained."""
+    in_view = phases_in_view(state, rt.rd)
+    main = rt.repo.sha("main")
+    reg: dict = {}
+    try:
+        reg = rt.evidence.registry(main, in_view)
+    except Exception as err:  # a broken registry on main is itself worth reporting, not fatal
+        rt.emit("registry_error", sha=main, error=str(err))
+    promos = [p for p in state.promotions if p.phase == state.phase - 1]
+    last = {"branch": promos[-1].branch, "intervention": promos[-1].candidate.intervention} if promos else None
+    return PhaseEvidence(phase=state.phase, results=list(state.results), rollouts=rt.evidence.rows(in_view),
+                         phases_in_view=in_view, registry=reg, knobs=rt.evidence.knobs(main),
+                         domain=get_domain(rt.cfg.domain), last_promotion=last, baseline=rt.baseline)
+
+
+def step(rt: Runtime, state: RunState) -> dict:
+    t0 = time.time()
+    ev = phase_evidence(rt, state)
+    diagnoses = rt.agents.diagnostician.diagnose(ev)
+    rt.emit("node_end", node="diagnose", phase=state.phase, phases_in_view=ev.phases_in_view,
+            diagnoses=[d.model_dump(mode="json") for d in diagnoses], agent="diagnostician",
+            model=rt.cfg.agents.diagnostician.model, seconds=round(time.time() - t0, 2))
+    return {"diagnoses": diagnoses}

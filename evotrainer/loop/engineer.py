@@ -1,0 +1,43 @@
+"""Step 4: the Engineer turns confirmed diagnoses into candidate commits, one variable each.
+
+It gets the skills the Librarian retrieves for each confirmed diagnosis, main's knobs, the level statistics of
+the phase, what was already tried this phase and why earlier rounds' candidates were rejected. Router ``route``:
+to the backtest when it made candidates, else to promote (which then has nothing new to merge).
+"""
+
+from __future__ import annotations
+
+import time
+
+from agents import EngineerContext
+from evotrainer.loop.runtime import Runtime
+from evotrainer.loop.state import RunState
+from evotrainer.rollouts import level_history
+
+
+def step(rt: Runtime, state: RunState) -> dict:
+    base = rt.repo.sha("main")
+    confirmed = [d for d in state.diagnoses if d.status == "confirmed"]
+    skills = {d.id: rt.agents.librarian.retrieve(d, rt.cfg.domain) for d in confirmed}
+    rejections: dict[str, list[str]] = {}
+    for r in state.reports:
+        rejections.setdefault(r.branch, r.reasons)
+    ctx = EngineerContext(
+        phase=state.phase, round=state.engineer_round + 1, repo=rt.repo, base_sha=base,
+        knobs=rt.evidence.knobs(base), domain=rt.cfg.domain, tried=state.tried(), rejections=rejections,
+        pilot=rt.cfg.backtest.pilot_steps > 0, level_stats=level_history(rt.evidence.rollouts(state.phase)),
+    )
+    t0 = time.time()
+    candidates = rt.agents.engineer.propose(list(state.diagnoses), ctx, skills)
+    for c in candidates:
+        rt.emit("candidate", phase=state.phase, **c.model_dump(mode="json"))
+    rt.emit("node_end", node="engineer", phase=state.phase, agent="engineer", model=rt.cfg.agents.engineer.model,
+            round=ctx.round, candidates=[c.branch for c in candidates],
+            skills_retrieved={k: [x.id for x in v] for k, v in skills.items()}, seconds=round(time.time() - t0, 2))
+    made = {c.branch for c in candidates}
+    return {"candidates": [c for c in state.candidates if c.branch not in made] + candidates,
+            "round_branches": [c.branch for c in candidates], "engineer_round": state.engineer_round + 1}
+
+
+def route(state: RunState) -> str:
+    return "backtest" if state.round_branches else "promote"

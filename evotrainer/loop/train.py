@@ -1,0 +1,30 @@
+"""Step 1: train one phase on main, through the trainer service.
+
+Tags main as ``phase-N`` (the harness that trained phase N), sends the phase request (from the previous phase's
+checkpoint, or the base policy), waits with a progress bar, and records the PhaseResult. A new phase starts with
+an empty per-phase state (diagnoses, candidates, reports) and frees the evidence of phases no longer in view.
+Safe to re-run after a kill: the service never trains a published phase twice.
+"""
+
+from __future__ import annotations
+
+from evotrainer.loop.runtime import Runtime
+from evotrainer.loop.state import RunState
+
+
+def step(rt: Runtime, state: RunState) -> dict:
+    phase = state.phase + 1
+    rt.repo.recover()
+    sha = rt.repo.sha("main")
+    rt.repo.tag(f"phase-{phase}", sha, f"harness that trained phase {phase}")
+    rt.emit("node_start", node="train", phase=phase, harness_sha=sha)
+    steps = rt.cfg.training.steps_per_phase
+    with rt.reporter.progress(f"phase {phase}: training at main@{sha[:8]}", steps) as bar:
+        result = rt.trainer.run_phase(rt.request(phase, sha, steps), on_progress=bar,
+                                      timeout_s=rt.cfg.trainer.phase_timeout_s)
+    rt.emit("node_end", node="train", phase=phase, accuracy=result.eval.accuracy, wall_time_s=result.wall_time_s,
+            train=result.train, rollouts=result.rollout_path)
+    keep = max(rt.cfg.backtest.retained_phases, rt.cfg.evolution.max_evidence_rounds + 1)
+    rt.evidence.forget_before(phase - keep + 1)
+    return {"phase": phase, "results": [*state.results, result], "diagnoses": [], "evidence_round": 0,
+            "engineer_round": 0, "candidates": [], "round_branches": [], "reports": [], "held": {}}

@@ -1,0 +1,118 @@
+"""Replay: what a harness decides about fixed rollouts, computed exactly as training computes it.
+
+The completions of a phase are fixed (the policy generated them); what a harness decides about them is replayed
+in the sandbox: reward components and totals, GRPO advantages per generated batch, which rollouts the filters
+keep, which truncated ones are masked, the curriculum's level mix, and the diagnostics registry. Totals,
+advantages and the "did it train" rule are ``evotrainer.scoring``'s, the same functions training calls, so a
+replay of the harness a phase trained on reproduces that phase's log (``tests/test_scoring.py``).
+
+The figures below (``METRICS``) are computed on replayed rows; the backtest compares main's with a candidate's.
+Harness code never sees ``verified``: the metrics that use it run here, in the framework.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable
+
+from evotrainer.harness import read_knobs
+from evotrainer.metrics import alignment
+from evotrainer.rollouts import groups_of, group_stats, harness_view, level_history
+from evotrainer.scoring import batch_advantages, masked, total_reward, trains
+from sandbox import HarnessWorker
+
+
+def _advantages(rows: list[dict], scale: str) -> None:
+    """Fill ``advantage`` batch by batch (a batch = one training step of one phase), group by group, as TRL does."""
+    batches: dict[tuple, list[list[dict]]] = defaultdict(list)
+    for group in groups_of(rows).values():
+        batches[(group[0]["phase"], group[0]["step"])].append(sorted(group, key=lambda r: r["sample_idx"]))
+    for (phase, step), groups in batches.items():
+        sizes = {len(g) for g in groups}
+        if len(sizes) != 1:
+            raise ValueError(f"phase {phase} step {step}: groups of unequal sizes {sorted(sizes)} cannot be replayed")
+        flat = [r for g in groups for r in g]
+        for r, a in zip(flat, batch_advantages([r["reward"] for r in flat], sizes.pop(), scale)):
+            r["advantage"] = a
+
+
+def replay(worker: HarnessWorker, harness_dir: Path, rollouts: list[dict], tasks: dict[str, dict]) -> dict:
+    """Replay one harness on fixed rollouts: rows (with reward, kept, trained, advantage), level mix, registry."""
+    knobs = read_knobs(harness_dir)
+    samples = [{"prompt": r["prompt"], "completion": r["completion"], "task": tasks[r["task_id"]],
+                "truncated": r["truncated"], "completion_tokens": r["completion_tokens"]} for r in rollouts]
+    components = worker.score(samples)
+    rows = [{**r, "reward": total_reward(comps, knobs), "reward_components": comps}
+            for r, comps in zip(rollouts, components)]
+    _advantages(rows, knobs.scale_rewards)
+    groups = groups_of(rows)
+    order = list(groups)
+    views = [[harness_view(r, tasks[r["task_id"]]) for r in groups[g]] for g in order]
+    flags = worker.filter(views)
+    for gid, gflags in zip(order, flags):
+        for r, keep in zip(groups[gid], gflags):
+            r["kept"] = bool(keep)
+            r["trained"] = trains(r["kept"], masked(r["truncated"], knobs))
+            if not r["trained"]:
+                r["advantage"] = 0.0
+    levels = sorted({r["difficulty"] for r in rows})
+    weights = worker.curriculum(levels, knobs.curriculum_weights, level_history(rollouts))
+    total_w = sum(weights.get(lv, 0.0) for lv in levels) or 1.0
+    mix = {lv: weights.get(lv, 0.0) / total_w for lv in levels}
+    return {"rows": rows, "mix": mix, "knobs": knobs, "registry": registry(worker, rows, tasks)}
+
+
+def registry(worker: HarnessWorker, rows: list[dict], tasks: dict[str, dict]) -> dict:
+    """The worker's harness's diagnostics over rows whose filter decisions are made (``kept`` is set)."""
+    return worker.diagnostics([harness_view(r, tasks[r["task_id"]], decided=True) for r in rows])
+
+
+# --- figures of replayed rows -----------------------------------------------------------------------------------
+def _trained_truncated(rows: list[dict]) -> float:
+    return sum(r["trained"] and r["truncated"] for r in rows) / max(len(rows), 1)
+
+
+def _truncated_advantage(rows: list[dict]) -> float:
+    cut = [r["advantage"] for r in rows if r["truncated"] and r["trained"]]
+    return sum(cut) / len(cut) if cut else 0.0
+
+
+def _verified_dropped(rows: list[dict]) -> float:
+    """Share of verified-correct rollouts that do not train toward themselves (filtered, masked, or advantage <= 0).
+
+    A correct rollout in an all-correct group has zero advantage on any harness, so dropping that group loses
+    nothing; a correct rollout that loses its positive advantage is a real loss of signal.
+    """
+    correct = [r for r in rows if r["verified"]]
+    return sum(not (r["trained"] and r["advantage"] > 1e-9) for r in correct) / len(correct) if correct else 0.0
+
+
+def _with_trained(rows: list[dict]) -> list[dict]:
+    """group_stats counts what trains: treat masked rollouts as not kept."""
+    return [{**r, "kept": r["trained"]} for r in rows]
+
+
+METRICS: dict[str, Callable[[list[dict]], float]] = {
+    "dead_group_ratio": lambda rs: group_stats(rs)["dead_group_ratio"],
+    "kept_dead_ratio": lambda rs: group_stats(_with_trained(rs))["kept_dead_ratio"],
+    "signal_fraction": lambda rs: group_stats(_with_trained(rs))["signal_fraction"],
+    "kept_fraction": lambda rs: group_stats(_with_trained(rs))["kept_fraction"],
+    "trained_truncated_rate": _trained_truncated,
+    "truncated_advantage": _truncated_advantage,
+    "verified_dropped": _verified_dropped,
+    "reward_verified_auc": lambda rs: alignment(rs)["reward_verified_auc"],
+    "ordering_violations": lambda rs: alignment(rs)["ordering_violations"],
+}
+
+
+def mixed(rows: list[dict], stat: Callable[[list[dict]], float], mix: dict[str, float] | None) -> float:
+    """``stat`` over rows, re-weighting difficulty levels to ``mix`` (None = the rows' own mix)."""
+    if mix is None:
+        return stat(rows)
+    by_level: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_level[r["difficulty"]].append(r)
+    return sum(mix.get(lv, 0.0) * stat(rs) for lv, rs in by_level.items())
+
+

@@ -1,0 +1,77 @@
+"""How a harness's decisions become training signal: one definition, called by training and by replay.
+
+The trainer (``trainer/hooks.py``) and the backtest's replay (``backtest.py``) must agree on every number a harness
+produces, or the judge judges a different harness from the one that trains. So both call these functions:
+
+    total_reward(components, knobs)        the weighted, scaled sum of reward components (what GRPO sees)
+    batch_advantages(rewards, group, scale) GRPO advantages of one generated batch, computed as TRL 1.16 does:
+                                           float32, reward minus the group mean, divided by the group's (or the
+                                           batch's) standard deviation + 1e-4 unless scale is "none"
+    masked(truncated, knobs)               TRL masks a truncated completion out of the loss (mask knob on)
+    trains(kept, masked)                   a rollout trains when the filters keep it and it is not masked
+    trained(row)                           the same rule on a logged rollout row
+
+``tests/test_scoring.py`` replays main on a trained phase's rollouts and checks it reproduces the logged rewards,
+advantages and kept flags exactly. Run ``python -m evotrainer.scoring`` to print the advantages of a toy batch.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from evotrainer.harness import Knobs
+
+
+def total_reward(components: Mapping[str, float], knobs: Knobs) -> float:
+    """The reward a rollout trains with: ``reward_scale`` x the ``reward_weights``-weighted sum of components."""
+    return float(knobs.reward_scale * sum(knobs.reward_weights.get(k, 1.0) * v for k, v in components.items()))
+
+
+def _nanstd(t, dim=None):
+    """``trl.trainer.utils.nanstd`` (unbiased, NaN-aware), repeated here so replay needs no TRL import."""
+    import torch
+
+    mean = torch.nanmean(t, dim=dim, keepdim=True)
+    variance = torch.nanmean((t - mean) ** 2, dim=dim, keepdim=True)
+    count = torch.sum(~torch.isnan(t), dim=dim, keepdim=True)
+    variance = variance * (count / (count - 1))
+    return torch.sqrt(variance).squeeze() if dim is None else torch.sqrt(variance).squeeze(dim)
+
+
+def batch_advantages(rewards: Sequence[float], group_size: int, scale: str) -> list[float]:
+    """GRPO advantages of one generated batch whose rows come group by group (``group_size`` each), as TRL does."""
+    import torch
+
+    r = torch.tensor(list(rewards), dtype=torch.float32)
+    if r.numel() % group_size:
+        raise ValueError(f"a batch of {r.numel()} rollouts is not whole groups of {group_size}")
+    mean = torch.nanmean(r.view(-1, group_size), dim=1).repeat_interleave(group_size, dim=0)
+    if scale == "batch":
+        std = _nanstd(r).expand_as(r) if r.numel() > 1 else torch.zeros_like(r)
+    elif scale in ("group", "none"):
+        std = _nanstd(r.view(-1, group_size), dim=1).repeat_interleave(group_size, dim=0)
+    else:
+        raise ValueError(f"scale_rewards must be group, batch or none, got {scale!r}")
+    adv = r - mean
+    if scale != "none":
+        adv = adv / (std + 1e-4)
+    return torch.nan_to_num(adv, nan=0.0).tolist()
+
+
+def masked(truncated: bool, knobs: Knobs) -> bool:
+    """Whether TRL masks this completion out of the loss (``mask_truncated_completions`` and it was cut)."""
+    return bool(knobs.mask_truncated_completions and truncated)
+
+
+def trains(kept: bool, is_masked: bool) -> bool:
+    """Whether a rollout contributes to the update: the filters kept it and it is not masked out."""
+    return bool(kept) and not is_masked
+
+
+def trained(row: dict) -> bool:
+    """``trains`` on a logged rollout row (the mask decision is in ``extra.masked_truncated``)."""
+    return trains(row["kept"], bool((row.get("extra") or {}).get("masked_truncated", False)))
+
+
+if __name__ == "__main__":
+    print(batch_advantages([1, 0, 0, 0, 1, 1, 1, 1], 4, "group"))

@@ -1,0 +1,81 @@
+"""The trainer service's wire types: what the run process sends and what it gets back. Client and service share them.
+
+    PhaseRequest   train one phase (or a pilot: a few steps whose rollouts judge an edit) at a harness sha
+    EvalRequest    score a checkpoint on the run's held-out split
+    PilotResult    what a pilot returns (its rollouts and their figures)
+    (PhaseResult and EvalResult cross more seams than this one: they live in ``evotrainer.contracts``.)
+
+A request is built from the run's config in one place (:meth:`PhaseRequest.make`, :meth:`EvalRequest.make`), so the
+request cannot drift from the config; the sandbox settings travel as the config's own ``sandbox`` section.
+Try it alone: ``python -m evotrainer.trainer.wire`` prints the request the default config makes for phase 1.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evotrainer.config import Config, SandboxConfig
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PhaseRequest(_Wire):
+    run_dir: str = Field(description="the run directory (the service reads the harness repo and tasks there)")
+    phase: int = Field(ge=1, description="phase number (1-based); a finished phase is never trained twice")
+    harness_sha: str = Field(description="harness commit to train on")
+    init_checkpoint: str = Field(description="model id or path the phase starts from")
+    steps: int = Field(ge=1, description="GRPO optimizer steps")
+    prompts_per_step: int = Field(ge=1, description="prompts per step (each gets a group of completions)")
+    seed: int = Field(0, description="the run's seed")
+    domain: str = Field("math", description="task domain (evaluator-owned tasks and verifier)")
+    device: str = Field("auto", description="auto, cpu or cuda")
+    dtype: str = Field("auto", description="auto, float32 or bfloat16")
+    lora: bool = Field(False, description="train a LoRA adapter instead of all weights")
+    lora_rank: int = Field(16, ge=1, description="LoRA rank")
+    eval_max_new_tokens: int = Field(16, ge=1, description="generation budget of the held-out evaluation")
+    threads: int = Field(0, ge=0, description="torch CPU threads (0 = all cores)")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="where and how harness code runs")
+    pilot: bool = Field(False, description="a pilot: train from init_checkpoint, keep rollouts, save nothing")
+
+    @classmethod
+    def make(cls, cfg: Config, run_dir: str, phase: int, harness_sha: str, init_checkpoint: str, steps: int,
+             pilot: bool = False) -> "PhaseRequest":
+        """The request for ``phase`` of a run with config ``cfg``."""
+        return cls(
+            run_dir=str(run_dir), phase=phase, harness_sha=harness_sha, init_checkpoint=init_checkpoint, steps=steps,
+            prompts_per_step=cfg.training.prompts_per_step, seed=cfg.seed, domain=cfg.domain,
+            device=cfg.policy.device, dtype=cfg.policy.dtype, lora=cfg.policy.lora, lora_rank=cfg.policy.lora_rank,
+            eval_max_new_tokens=cfg.training.eval_max_new_tokens, threads=cfg.training.threads,
+            sandbox=cfg.sandbox, pilot=pilot,
+        )
+
+
+class EvalRequest(_Wire):
+    run_dir: str = Field(description="the run directory whose held-out split is scored")
+    checkpoint: str = Field(description="model id or path to score")
+    domain: str = Field("math", description="task domain")
+    max_new_tokens: int = Field(16, ge=1, description="generation budget")
+    device: str = Field("auto", description="auto, cpu or cuda")
+    dtype: str = Field("auto", description="auto, float32 or bfloat16")
+
+    @classmethod
+    def make(cls, cfg: Config, run_dir: str, checkpoint: str) -> "EvalRequest":
+        return cls(run_dir=str(run_dir), checkpoint=checkpoint, domain=cfg.domain,
+                   max_new_tokens=cfg.training.eval_max_new_tokens, device=cfg.policy.device, dtype=cfg.policy.dtype)
+
+
+class PilotResult(_Wire):
+    harness_sha: str
+    steps: int
+    rollout_path: str
+    stats: dict[str, float]
+    wall_time_s: float
+
+
+if __name__ == "__main__":
+    from evotrainer.config import parse
+
+    print(PhaseRequest.make(parse({}), "runs/demo", 1, "0" * 40, "runs/demo/policy/base", 60)
+          .model_dump_json(indent=1))

@@ -1,0 +1,148 @@
+"""The loop's decisions without a trainer: routers, the promotion policy, the state's checkpoint round trip.
+
+Each router and the promotion policy is a pure function of the typed state, so every branch of the graph is
+checked here by hand, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from langgraph.graph import END
+
+from evotrainer.contracts import BacktestReport, Candidate, Check, Diagnosis, EvalResult, PhaseResult, Promotion
+from evotrainer.loop import backtest, critique, engineer, librarian
+from evotrainer.loop.promote import choose, margin
+from evotrainer.loop.state import RunState
+
+
+def _diag(status: str, i: int = 1) -> Diagnosis:
+    return Diagnosis(id=f"d1-{i}", layer="signal", failure_mode="dead_groups", statement="s", severity=0.5,
+                     confidence=0.9, status=status)
+
+
+def _cand(branch: str, files: list[str]) -> Candidate:
+    return Candidate(branch=branch, base_sha="a" * 40, sha="b" * 40, diagnosis_id="d1-1", intervention="x",
+                     hypothesis="If X, Y, because Z", variable="v", target_metric="kept_dead_ratio", direction="down",
+                     expected="down", rollback="revert", files=files)
+
+
+def _report(branch: str, verdict: str, base: float = 0.3, cand: float = 0.0, noise: float = 0.05) -> BacktestReport:
+    target = Check(name="target:kept_dead_ratio", base=base, candidate=cand, passed=verdict == "promote")
+    return BacktestReport(branch=branch, candidate_sha="b" * 40, base_sha="a" * 40, target_metric="kept_dead_ratio",
+                          checks=[target], noise_floor=noise, verdict=verdict, reasons=["r"], runtime_s=1.0,
+                          rollouts=10, sandbox="process")
+
+
+def test_critique_routes_back_for_evidence_then_to_engineer_or_librarian():
+    assert critique.route(RunState(diagnoses=[_diag("proposed"), _diag("confirmed", 2)])) == "diagnose"
+    assert critique.route(RunState(diagnoses=[_diag("confirmed"), _diag("rejected", 2)])) == "engineer"
+    assert critique.route(RunState(diagnoses=[_diag("rejected")])) == "librarian"
+    assert critique.route(RunState()) == "librarian"
+
+
+def test_engineer_routes_to_backtest_only_with_new_candidates():
+    assert engineer.route(RunState(round_branches=["candidates/phase-1-1"])) == "backtest"
+    # earlier rounds' candidates do not count: this round made none
+    assert engineer.route(RunState(candidates=[_cand("candidates/phase-1-1", ["a"])])) == "promote"
+
+
+def test_backtest_routes_back_to_engineer_while_rounds_are_left_and_nothing_of_this_round_passed():
+    old_pass = _report("candidates/phase-1-1", "promote")
+    this_round = RunState(round_branches=["candidates/phase-1-2"], reports=[old_pass, _report(
+        "candidates/phase-1-2", "reject")], engineer_round=1)
+    assert backtest.route(2, this_round) == "engineer"  # an earlier round's pass does not end this round
+    assert backtest.route(1, this_round) == "promote"  # no rounds left
+    passed = this_round.model_copy(update={"reports": [_report("candidates/phase-1-2", "promote")]})
+    assert backtest.route(2, passed) == "promote"
+
+
+def test_librarian_routes_on_the_budget():
+    assert librarian.route(3, RunState(phase=2)) == "train"
+    assert librarian.route(3, RunState(phase=3)) == END
+    assert librarian.route(3, RunState(phase=4)) == END  # a budget lowered below the phase reached stops
+
+
+def test_promotion_policy_takes_the_largest_margin_and_never_two_edits_to_one_file():
+    cands = {"c1": _cand("c1", ["filters.py"]), "c2": _cand("c2", ["rewards.py", "harness.yaml"]),
+             "c3": _cand("c3", ["harness.yaml"]), "c4": _cand("c4", ["prompt.py"])}
+    reports = [_report("c1", "promote", cand=0.2), _report("c2", "promote", cand=0.0),
+               _report("c3", "promote", cand=0.1), _report("c4", "reject")]
+    assert margin(reports[1]) == pytest.approx(6.0) and margin(reports[0]) == pytest.approx(2.0)
+    chosen, held = choose(reports, cands, max_promotions=1)
+    assert [r.branch for r in chosen] == ["c2"]
+    assert held == {"c3": "max_promotions_per_phase=1 reached", "c1": "max_promotions_per_phase=1 reached"}
+    chosen, held = choose(reports, cands, max_promotions=3)
+    assert [r.branch for r in chosen] == ["c2", "c1"] and held == {"c3": "touches a file already changed"}
+    chosen, held = choose(reports, cands, max_promotions=0)  # a fixed harness: nothing reaches main
+    assert chosen == [] and set(held) == {"c1", "c2", "c3"}
+
+
+def test_run_state_round_trips_through_the_sqlite_checkpoint(tmp_path):
+    """The typed state is what LangGraph stores and gives back after a restart, models and all."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import START, StateGraph
+
+    from evotrainer.loop.state import serializer
+
+    result = PhaseResult(phase=1, harness_sha="a" * 40, steps=3, eval=EvalResult(accuracy=0.5, n=10),
+                         rollout_path="r", checkpoint_path="c", wall_time_s=1.0, tokens=5)
+    promo = Promotion(phase=1, branch="c1", sha="b" * 40, main_sha="c" * 40, candidate=_cand("c1", ["f"]))
+
+    def step(state: RunState) -> dict:
+        return {"phase": 1, "results": [result], "promotions": [promo], "reports": [_report("c1", "promote")],
+                "diagnoses": [_diag("confirmed")], "held": {"c2": "why"}}
+
+    g = StateGraph(RunState)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    db = tmp_path / "state.sqlite"
+    with sqlite3.connect(db, check_same_thread=False) as conn:
+        g.compile(checkpointer=SqliteSaver(conn, serde=serializer())).invoke({"phase": 0}, {"configurable": {
+            "thread_id": "t"}}, durability="sync")
+    with sqlite3.connect(db, check_same_thread=False) as conn:  # a new process would open it like this
+        values = g.compile(checkpointer=SqliteSaver(conn, serde=serializer())).get_state(
+            {"configurable": {"thread_id": "t"}}).values
+    state = RunState.model_validate(values)
+    assert state.results == [result] and state.promotions == [promo] and state.held == {"c2": "why"}
+    assert isinstance(state.reports[0], BacktestReport) and state.diagnoses[0].status == "confirmed"
+
+
+def test_state_derives_what_was_tried_and_the_current_round():
+    s = RunState(candidates=[_cand("c1", ["a"]), _cand("c2", ["b"]).model_copy(update={"intervention": "y"})],
+                 round_branches=["c2"])
+    assert s.tried() == ["x", "y"] and [c.branch for c in s.round_candidates()] == ["c2"]
+
+
+def _phase_rows(phase: int, kept_dead: bool) -> list[dict]:
+    """20 groups: 10 mixed, 10 all-wrong; the all-wrong ones train only when ``kept_dead``."""
+    from tests.conftest import rollouts
+
+    rows = rollouts([[("9", True), ("1", False)] * 2 if g % 2 else [("1", False)] * 4 for g in range(20)], phase=phase)
+    for r in rows:
+        if not kept_dead and r["group_id"].endswith(tuple(f"g{g}" for g in range(0, 20, 2))):
+            r["kept"] = False
+    return rows
+
+
+@pytest.mark.parametrize("acc_after, won", [(0.52, True), (0.30, False)])
+def test_realized_effect_needs_the_promised_move_without_an_accuracy_loss(tmp_path, acc_after, won):
+    from evotrainer.contracts import Rollout
+    from evotrainer.loop.evidence import EvidenceCache
+    from evotrainer.loop.librarian import realized_effect
+    from evotrainer.rollouts import write_rollouts
+    from evotrainer.rundir import RunDir
+
+    rd = RunDir(tmp_path)
+    write_rollouts([Rollout(**r) for r in _phase_rows(1, kept_dead=True)], rd.rollout_file(1))
+    write_rollouts([Rollout(**r) for r in _phase_rows(2, kept_dead=False)], rd.rollout_file(2))
+    results = [PhaseResult(phase=p, harness_sha="a" * 40, steps=3, eval=EvalResult(accuracy=acc, n=300),
+                           rollout_path="", checkpoint_path="", wall_time_s=1.0, tokens=5)
+               for p, acc in ((1, 0.50), (2, acc_after))]
+    promo = Promotion(phase=1, branch="c1", sha="b" * 40, main_sha="c" * 40, candidate=_cand("c1", ["filters.py"]))
+    effect = realized_effect(EvidenceCache(rd, repo=None, cfg=None), promo, results)
+    assert (effect["before"], effect["after"]) == (pytest.approx(0.5), 0.0)  # kept_dead_ratio, as promised
+    assert effect["won"] is won and effect["measured_in_phase"] == 2
+    assert effect["accuracy_margin"] == pytest.approx(1.96 * ((0.5 * 0.5 + acc_after * (1 - acc_after)) / 300) ** 0.5)
+    assert ("no win" in effect["summary"]) is (not won)
