@@ -24,17 +24,20 @@ BACKENDS = ("docker", "bwrap", "unshare", "process")
 DEFAULT_IMAGE = "evotrainer-sandbox:latest"
 
 _DESCRIPTIONS = {
-    "docker": "docker: no network, read-only root and harness mount, memory/CPU/pid limits, non-root user, "
-              "no capabilities, time limit per call",
+    "docker": "docker: no network, read-only root and harness mount, sized tmpfs /tmp and scratch, memory/CPU/pid "
+              "limits for the container, non-root user, no capabilities, audited attempts, time limit per call",
     "bwrap": "bwrap: no network, no capabilities, own filesystem showing only the system dirs, the Python "
              "installation, the runner and the harness (all read-only; framework code and hidden paths "
-             "masked), writable temp working dir only, rlimits, scrubbed env, time limit per call",
+             "masked), sized tmpfs /tmp and scratch, whole-sandbox limits, audited attempts, scrubbed env, time "
+             "limit per call",
     "unshare": "unshare: no network, no capabilities, own filesystem (as bwrap) showing only the system dirs, "
                "the Python installation, the runner and the harness (all read-only; framework code and "
-               "hidden paths masked), writable temp working dir only, rlimits, scrubbed env, time limit per call",
-    "process": "process: NO ISOLATION - harness code runs as this user and can read the evaluator, run "
-               "directories and framework code, write any file this user can, and use the network; only "
-               "rlimits, scrubbed env, temp working dir and a time limit per call",
+               "hidden paths masked), sized tmpfs /tmp and scratch, whole-sandbox limits, audited attempts, "
+               "scrubbed env, time limit per call",
+    "process": "process: NO ISOLATION - harness code runs as this user and could read the evaluator, run "
+               "directories and framework code, write any file this user can, and use the network; the audit "
+               "hook denies and reports such attempts (evidence, not isolation); whole-sandbox limits, scrubbed "
+               "env, scratch working dir and a time limit per call",
 }
 
 
@@ -60,7 +63,8 @@ def _docker_available(image: str) -> bool:
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _SYSTEM_FILES = ("/etc/ld.so.cache",)
 _FRAMEWORK_PACKAGES = ("evotrainer", "agents")
-_HERE = Path(__file__).resolve().parent  # this package's dir: framework code, but for runner.py
+_HERE = Path(__file__).resolve().parent  # this package's dir: framework code, but for what runs in the sandbox
+_IN_SANDBOX = ("runner.py", "guard.py", "frames.py")
 
 
 def _runner_path() -> Path:
@@ -82,7 +86,7 @@ def _framework_paths() -> list[str]:
         except (ImportError, ValueError):
             spec = None
         paths += list(spec.submodule_search_locations or []) if spec is not None else []
-    return paths + [str(entry) for entry in sorted(_HERE.iterdir()) if entry.name != "runner.py"]
+    return paths + [str(entry) for entry in sorted(_HERE.iterdir()) if entry.name not in _IN_SANDBOX]
 
 
 def _under(path: str, root: str) -> bool:
@@ -123,7 +127,7 @@ def _view(harness_dir: str, workdir: str, hidden: Iterable[str]) -> list[tuple[s
         if os.path.islink(path):
             steps.append(("link", os.readlink(path), path))
             links.append(path)
-    wanted = [*_SYSTEM_DIRS, *_SYSTEM_FILES, *_python_paths(), str(_runner_path()), harness_dir]
+    wanted = [*_SYSTEM_DIRS, *_SYSTEM_FILES, *_python_paths(), *(str(_HERE / n) for n in _IN_SANDBOX), harness_dir]
     candidates = set()
     for path in wanted:
         if path not in links and os.path.exists(path):
@@ -148,9 +152,10 @@ def _view(harness_dir: str, workdir: str, hidden: Iterable[str]) -> list[tuple[s
     return steps
 
 
-def _bwrap_argv(steps: list[tuple[str, ...]], workdir: str, command: list[str]) -> list[str]:
+def _bwrap_argv(steps: list[tuple[str, ...]], workdir: str, command: list[str], tmp_bytes: int = 0) -> list[str]:
+    size = ["--size", str(tmp_bytes)] if tmp_bytes else []
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--cap-drop", "ALL",
-            "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--tmpfs", "/tmp"]
+            "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", *size, "--tmpfs", "/tmp"]
     for step in steps:
         kind, path = step[0], step[-1]
         if kind == "link":
@@ -159,6 +164,8 @@ def _bwrap_argv(steps: list[tuple[str, ...]], workdir: str, command: list[str]) 
             argv += ["--ro-bind", path, path]
         elif kind == "rw":
             argv += ["--bind", path, path]
+        elif kind == "scratch":  # a tmpfs of its own size: the sandbox's writable working dir
+            argv += ["--size", step[1], "--perms", "0700", "--tmpfs", path]
         elif os.path.isdir(path):  # mask
             argv += ["--tmpfs", path, "--remount-ro", path]
         else:
@@ -181,8 +188,8 @@ _UNSHARE_SCRIPT = """
 fail() { echo "evotrainer sandbox setup failed: $*" >&2; exit 97; }
 user_path=$PATH
 PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
-root=$1 work=$2
-shift 2
+root=$1 work=$2 tmpsize=$3
+shift 3
 mount -n -t tmpfs -o mode=0755 evotrainer-root "$root" || fail "tmpfs on $root"
 mkdir "$root/proc" "$root/dev" "$root/tmp" "$root/.old" || fail "mkdir in $root"
 mount -n -t proc -o nosuid,nodev,noexec proc "$root/proc" && mount -n -o remount,ro,bind "$root/proc" \\
@@ -193,10 +200,12 @@ for node in null zero full random urandom tty; do
 done
 ln -s /proc/self/fd "$root/dev/fd" && ln -s /proc/self/fd/0 "$root/dev/stdin" \\
   && ln -s /proc/self/fd/1 "$root/dev/stdout" && ln -s /proc/self/fd/2 "$root/dev/stderr" || fail /dev
-mount -n -t tmpfs -o mode=1777,nosuid,nodev evotrainer-tmp "$root/tmp" || fail /tmp
+mount -n -t tmpfs -o "mode=1777,nosuid,nodev${tmpsize:+,size=$tmpsize}" evotrainer-tmp "$root/tmp" || fail /tmp
 while [ "$1" != "--" ]; do
   case "$1" in
     link) mkdir -p "$root${3%/*}" && ln -s "$2" "$root$3" || fail "symlink $3"; shift 3 ;;
+    scratch) mkdir -p "$root$3" && mount -n -t tmpfs -o "mode=0700,nosuid,nodev,size=$2" evotrainer-scratch "$root$3" \\
+      || fail "scratch $3"; shift 3 ;;
     ro|rw)
       if [ -d "$2" ]; then mkdir -p "$root$2"
       else mkdir -p "$root${2%/*}" && { [ -e "$root$2" ] || : > "$root$2"; }; fi || fail "mount point $2"
@@ -221,24 +230,31 @@ exit $?
 """
 
 
-def _unshare_argv(root: str, steps: list[tuple[str, ...]], workdir: str, command: list[str]) -> list[str]:
+def _unshare_argv(root: str, steps: list[tuple[str, ...]], workdir: str, command: list[str],
+                  tmp_bytes: int = 0) -> list[str]:
     args = [part for step in steps for part in step]
-    return ["unshare", *_UNSHARE_FLAGS, "sh", "-c", _UNSHARE_SCRIPT, "sh", root, workdir, *args, "--", *command]
+    return ["unshare", *_UNSHARE_FLAGS, "sh", "-c", _UNSHARE_SCRIPT, "sh", root, workdir, str(tmp_bytes or ""),
+            *args, "--", *command]
 
 
-def _sandbox_argv(backend: str, harness_dir: str, base: str, hidden: Iterable[str],
-                  command: list[str]) -> tuple[list[str], str]:
-    """The argv that runs ``command`` under ``backend`` (not docker), and its working dir, made inside ``base``."""
+def _sandbox_argv(backend: str, harness_dir: str, base: str, hidden: Iterable[str], command: list[str],
+                  tmp_bytes: int = 0, scratch_bytes: int = 0) -> tuple[list[str], str]:
+    """The argv that runs ``command`` under ``backend`` (not docker), and its working dir, made inside ``base``.
+
+    With ``tmp_bytes`` / ``scratch_bytes``, /tmp and the working dir are tmpfs mounts of those sizes (bwrap,
+    unshare); otherwise /tmp is an unsized tmpfs and the working dir a bind of the host dir."""
     workdir = os.path.join(base, "work")
     os.makedirs(workdir, exist_ok=True)
     if backend == "process":
         return command, workdir
     steps = _view(harness_dir, workdir, hidden)
+    if scratch_bytes:
+        steps = [("scratch", str(scratch_bytes), workdir) if step == ("rw", workdir) else step for step in steps]
     if backend == "bwrap":
-        return _bwrap_argv(steps, workdir, command), workdir
+        return _bwrap_argv(steps, workdir, command, tmp_bytes), workdir
     root = os.path.join(base, "root")
     os.makedirs(root, exist_ok=True)
-    return _unshare_argv(root, steps, workdir, command), workdir
+    return _unshare_argv(root, steps, workdir, command, tmp_bytes), workdir
 
 
 def _probe(backend: str) -> bool:

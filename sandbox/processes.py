@@ -26,6 +26,11 @@ from typing import Any
 from sandbox.limits import SandboxLimits
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+POLL_S = 0.2
+
+
+class LimitExceeded(Exception):
+    """A polled whole-sandbox limit was passed while a call ran (the message says which)."""
 _STDERR_TAIL_BYTES = 64 * 1024
 _PR_SET_PDEATHSIG = 1
 
@@ -73,8 +78,9 @@ def _user_process_count() -> int:
     return count
 
 
-def _make_preexec(limits: SandboxLimits | None) -> Any:
-    """A preexec_fn: die with the parent, then apply the rlimits, if any (all resolved before the fork)."""
+def _make_preexec(limits: SandboxLimits | None, join: list[str] | tuple[str, ...] = ()) -> Any:
+    """A preexec_fn: die with the parent, join the sandbox's cgroup (``join``: its cgroup.procs files), then
+    apply the rlimits, if any (all resolved before the fork)."""
     libc_name = ctypes.util.find_library("c")
     libc = ctypes.CDLL(libc_name, use_errno=True) if libc_name else None
     parent = os.getpid()
@@ -93,6 +99,12 @@ def _make_preexec(limits: SandboxLimits | None) -> Any:
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
+        for path in join:  # before exec: everything the sandbox starts is counted in its cgroup
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, str(os.getpid()).encode())
+            finally:
+                os.close(fd)
         for which, value in rlimits:  # hard limits too, so harness code cannot raise them again
             hard = resource.getrlimit(which)[1]
             value = value if hard == resource.RLIM_INFINITY else min(value, hard)
@@ -130,9 +142,10 @@ class _Process:
     """One running sandbox process: pipes, process group, stderr tail, temp dir, container name."""
 
     def __init__(self, argv: list[str], *, env: dict[str, str] | None, cwd: str | None, preexec: Any,
-                 workdir: str | None, container: str | None) -> None:
+                 workdir: str | None, container: Any, confinement: Any = None) -> None:
         self.workdir = workdir
-        self.container = container
+        self.container = container  # a name to `docker rm -f`, or an object with .remove(force=True)
+        self.confinement = confinement  # sandbox.confine.Confinement: its cgroup dies with the process
         self.buffer = b""
         self.stderr_tail: collections.deque[bytes] = collections.deque()
         self._stderr_size = 0
@@ -204,8 +217,9 @@ class _Process:
                 except BlockingIOError:
                     continue
 
-    def receive_line(self, deadline: float) -> bytes | None:
-        """Read one response line before ``deadline``; None on EOF (the process died)."""
+    def receive_line(self, deadline: float, monitor: Any = None) -> bytes | None:
+        """Read one response line before ``deadline``; None on EOF (the process died). ``monitor()`` is called
+        about every ``POLL_S`` while waiting; a message it returns is raised as ``LimitExceeded``."""
         fd = self.popen.stdout.fileno()
         chunks = [self.buffer]
         size = len(self.buffer)
@@ -213,7 +227,11 @@ class _Process:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError
-            readable, _, _ = select.select([fd], [], [], remaining)
+            readable, _, _ = select.select([fd], [], [], min(remaining, POLL_S) if monitor else remaining)
+            if monitor is not None:
+                message = monitor()
+                if message:
+                    raise LimitExceeded(message)
             if not readable:
                 continue
             chunk = os.read(fd, 1 << 20)
@@ -229,8 +247,13 @@ class _Process:
 
     def kill(self, stragglers: list[Any] | None = None) -> None:
         """Kill the whole process group (and the container), reap, close pipes, delete the temp dir."""
-        if self.container:
+        if isinstance(self.container, str):
             _run_quietly(["docker", "rm", "-f", self.container], timeout=15)
+        elif self.container is not None:
+            try:
+                self.container.remove(force=True)
+            except Exception:  # noqa: BLE001 - already gone, or the daemon went away
+                pass
         if stragglers is None:
             stragglers = self._descendants()  # includes any that left the process group with setsid()
         try:
@@ -242,6 +265,8 @@ class _Process:
                 proc.kill()
             except Exception:  # noqa: BLE001 - already gone
                 pass
+        if self.confinement is not None:  # every process of the sandbox, however it left the tree
+            self.confinement.close()
         try:
             self.popen.wait(timeout=10)
         except subprocess.TimeoutExpired:

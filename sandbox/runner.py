@@ -5,29 +5,45 @@ under bwrap/unshare, or as the entry point of the Docker image built from ``sand
 Standard library only, and it never imports evotrainer nor the ``sandbox`` package around it (whose other
 files are masked in the sandbox): it must run in a bare Python image.
 
+Invoked as ``python -I runner.py HARNESS_DIR [--scratch DIR] [--private-tmp] [--max-procs N] [--forbid PATH]...
+[--no-audit]``:
+``--scratch`` is the writable working dir (default: the current dir), ``--private-tmp`` says /tmp belongs to
+the sandbox (writable too), ``--max-procs`` sets RLIMIT_NPROC from inside the sandbox's user namespace (where it
+counts the sandbox's processes only), ``--forbid`` names paths harness code must never touch, ``--no-audit``
+leaves the audit hook out (only to measure the isolation beneath it).
+
 Protocol (JSON lines): one request per line on stdin, one response per line on the *original* stdout.
 While harness code runs, ``sys.stdout`` points at stderr and file descriptor 1 is a copy of stderr, so a
 harness ``print`` (or even ``os.write(1, ...)``) cannot corrupt the protocol; stdin is /dev/null for harness
-code. Responses are ``{"ok": true, "result": ...}`` or
-``{"ok": false, "error": "<file:line ExceptionType: message>", "traceback": "..."}``, where file:line is
-the deepest frame inside HARNESS_DIR. Harness modules are imported lazily, on first use.
+code. Responses are ``{"ok": true, "result": ..., "id": ...}`` or
+``{"ok": false, "error": "<file:line ExceptionType: message>", "traceback": "...", "id": ...}``, where file:line
+is the deepest frame inside HARNESS_DIR and ``id`` echoes the request's ``id`` (the worker rejects a response
+that does not carry it: one harness code forged on the protocol stream). A response carries ``attempts`` when
+harness code tried something it must never do (``guard.py``: network, env, forbidden paths, processes, signals,
+native code; and processes left running after the op, which the runner, their subreaper, kills). Rows may come
+as column frames (``frames.py``; then ``score`` answers with one too). Harness modules are imported lazily, on
+first use.
 
 Ops: ping, prompts, score, filter, curriculum, diagnostics, selftest, exit (see ``Runner``).
 """
 
 from __future__ import annotations
 
+import argparse
+import gc
 import importlib
 import importlib.util
 import json
 import math
 import numbers
 import os
+import resource
 import sys
 import traceback
 from typing import Any, Callable, BinaryIO
 
 MAX_SUMMARY = 500  # characters of the one-line error summary
+_ROWS = ("tasks", "samples", "groups", "rollouts")  # request fields that may come as column frames
 MAX_TRACEBACK = 20_000  # characters of the traceback sent back
 
 
@@ -52,6 +68,7 @@ class Runner:
     def __init__(self, harness_dir: str) -> None:
         self.harness_dir = os.path.realpath(harness_dir)
         self.exiting = False
+        self.frames = _load("frames")
 
     # ---------------------------------------------------------------- errors
 
@@ -92,10 +109,14 @@ class Runner:
         return _one_line(f"{location} {text}" if location else text)
 
     def failure(self, exc: BaseException) -> dict:
-        if isinstance(exc, BadRequest):  # the caller's mistake: the runner's own traceback is noise
-            return {"ok": False, "error": self.summarize(exc), "traceback": ""}
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return {"ok": False, "error": self.summarize(exc), "traceback": tb[-MAX_TRACEBACK:]}
+        try:
+            if isinstance(exc, BadRequest):  # the caller's mistake: the runner's own traceback is noise
+                return {"ok": False, "error": self.summarize(exc), "traceback": ""}
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            return {"ok": False, "error": str(self.summarize(exc)), "traceback": str(tb[-MAX_TRACEBACK:])}
+        except BaseException:  # noqa: BLE001 - an exception whose message itself raises
+            return {"ok": False, "error": "harness code raised an exception whose message cannot be read",
+                    "traceback": ""}
 
     # ---------------------------------------------------------------- harness access
 
@@ -144,7 +165,7 @@ class Runner:
         out = []
         for task in _field(req, "tasks", list):
             prompt = make_prompt(task)
-            if not isinstance(prompt, str):
+            if type(prompt) is not str:
                 raise ContractError(f"{self.where(make_prompt)} make_prompt returned "
                                     f"{type(prompt).__name__}, expected str")
             out.append(prompt)
@@ -155,12 +176,16 @@ class Runner:
         for name, fn in components.items():
             if not isinstance(name, str) or not callable(fn):
                 raise ContractError(f"rewards.COMPONENTS must map names to functions; bad entry {name!r}")
+        items = list(components.items())
         out = []
         for sample in _field(req, "samples", list):
-            out.append({
-                name: self.number(fn(sample), f"{self.where(fn)} reward component {name!r}")
-                for name, fn in components.items()
-            })
+            scores = {}
+            for name, fn in items:
+                value = fn(sample)
+                # the common case first (a finite float), the labelled check only for anything else
+                scores[name] = value if type(value) is float and math.isfinite(value) else \
+                    self.number(value, f"{self.where(fn)} reward component {name!r}")
+            out.append(scores)
         return out
 
     def op_filter(self, req: dict) -> list[list[bool]]:
@@ -245,11 +270,14 @@ class Runner:
 
     # ---------------------------------------------------------------- dispatch
 
-    def handle(self, line: bytes) -> dict:
-        """One request line -> one response dict (never raises)."""
+    def handle(self, line: bytes, guard: Any = None) -> dict:
+        """One request line -> one response dict (never raises), with the request's id and any attempts."""
+        req: Any = None
+        attempts: list[dict] = []
         try:
             try:
-                req = json.loads(line)
+                with self.frames.gc_paused():
+                    req = json.loads(line)
             except ValueError as exc:
                 raise BadRequest(f"malformed request: not valid JSON ({exc})") from None
             if not isinstance(req, dict) or not isinstance(req.get("op"), str):
@@ -257,10 +285,33 @@ class Runner:
             op = req["op"]
             if op not in self.OPS:
                 raise BadRequest(f"unknown op {op!r}; expected one of {', '.join(self.OPS)}")
+            try:  # rows sent as column frames (frames.py) become rows again
+                req = {key: self.frames.decode(value) if key in _ROWS else value for key, value in req.items()}
+            except ValueError as exc:
+                raise BadRequest(f"malformed request: {exc}") from None
             handler: Callable[[dict], Any] = getattr(self, f"op_{op}")
-            return {"ok": True, "result": handler(req)}
+            gc.freeze()  # the request's rows are not garbage: collections during the op need not scan them
+            if guard is not None:
+                guard.begin()
+            try:
+                result = handler(req)
+                if op == "score" and req.get("frames"):
+                    with self.frames.gc_paused():
+                        result = self.frames.encode(result)
+                response = {"ok": True, "result": result}
+            except BaseException as exc:  # noqa: BLE001 - str() of a harness exception is harness code too
+                response = self.failure(exc)
+            finally:
+                attempts = guard.end() if guard is not None else []
+                gc.unfreeze()
         except BaseException as exc:  # noqa: BLE001 - harness SystemExit etc. must not end the runner
-            return self.failure(exc)
+            response = self.failure(exc)
+        attempts = attempts + (guard.stop_children() if guard is not None else [])
+        if attempts:
+            response["attempts"] = attempts
+        if isinstance(req, dict) and "id" in req:
+            response["id"] = req["id"]
+        return response
 
 
 def _field(req: dict, name: str, kind: type) -> Any:
@@ -292,19 +343,48 @@ def _send(out: BinaryIO, response: dict) -> None:
     out.flush()
 
 
+def _load(name: str) -> Any:
+    """``name``.py beside this file (guard, frames), loaded by path: the package around the runner is not
+    importable in the sandbox."""
+    path = os.path.join(os.path.dirname(os.path.realpath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_evotrainer_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="runner.py", description="serves harness code over JSON lines")
+    parser.add_argument("harness_dir")
+    parser.add_argument("--scratch", default=os.getcwd(), help="the writable working dir")
+    parser.add_argument("--private-tmp", action="store_true", help="/tmp belongs to the sandbox")
+    parser.add_argument("--max-procs", type=int, default=0, help="RLIMIT_NPROC, set inside the sandbox")
+    parser.add_argument("--forbid", action="append", default=[], help="a path harness code must never touch")
+    parser.add_argument("--no-audit", action="store_true", help="no audit hook (to measure what is beneath it)")
+    opts = parser.parse_args(argv[1:])
+    if not os.path.isdir(opts.harness_dir):
+        parser.error(f"{opts.harness_dir} is not a directory")
+    return opts
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or not os.path.isdir(argv[1]):
-        print("usage: python -I runner.py HARNESS_DIR", file=sys.stderr)
-        return 2
+    opts = _parse(argv)  # exits with status 2 and a usage line on bad arguments
     sys.dont_write_bytecode = True  # never litter the harness repo with __pycache__
-    runner = Runner(argv[1])
+    if opts.max_procs:  # inside a user namespace this counts the sandbox's own processes only
+        resource.setrlimit(resource.RLIMIT_NPROC, (opts.max_procs, opts.max_procs))
+    runner = Runner(opts.harness_dir)
     proto_in, proto_out = _protocol_streams()
     sys.path.insert(0, runner.harness_dir)
+    guard = _load("guard").Guard(runner.harness_dir, opts.scratch, opts.private_tmp, tuple(opts.forbid))
+    guard.adopt_orphans()
+    if not opts.no_audit:
+        guard.install()
     for line in proto_in:
         if not line.strip():
             continue
         sys.stdout = sys.stderr  # harness code may have replaced it
-        _send(proto_out, runner.handle(line))
+        _send(proto_out, runner.handle(line, None if opts.no_audit else guard))
         if runner.exiting:
             break
     return 0

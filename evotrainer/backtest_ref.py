@@ -1,0 +1,129 @@
+"""``evotrainer backtest RUN_DIR REF``: judge any branch or commit of a run's harness against its main.
+
+The same backtest the loop runs (``evotrainer.backtest.run_backtest``: replay and safety checks, in the sandbox)
+on the run's retained rollouts (the last ``backtest.retained_phases`` phases that trained), for a commit the
+Engineer made or one a person wrote by hand. The candidate is read from the commit's trailers (Variable,
+Hypothesis, Expected, Rollback, Diagnosis; ``evotrainer.harness.parse_trailers``); a hand-written commit
+without them gets defaults: no declared variable (the ``variable`` check then infers the one the diff changes
+and rejects a diff that changes several), the subject as hypothesis, and a target metric from the backtest note,
+the playbook entry of its variable, or ``reward_verified_auc`` up.
+
+Exit status: 0 the commit passes (would promote; with trials on, the A/B trial of a real run still decides),
+1 it is rejected (the reasons say why), 2 it could not be judged (the reason: no such ref, no retained rollouts,
+nothing to judge, ...). Nothing of the run is changed: no note, no branch, no state. Try it alone:
+``evotrainer backtest /tmp/after/demo candidates/phase-1-1 --json``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import git
+
+from evotrainer.contracts import Candidate
+from evotrainer.harness import HarnessRepo, parse_trailers
+from evotrainer.rundir import RunDir
+
+DEFAULT_TARGET = ("reward_verified_auc", "up")
+
+
+class CannotJudge(Exception):
+    """The backtest could not run (exit status 2); the message says why."""
+
+
+@dataclass
+class Outcome:
+    code: int  # 0 passes, 1 rejected, 2 could not run
+    reason: str = ""
+    candidate: dict = field(default_factory=dict)
+    report: dict = field(default_factory=dict)
+
+    def as_json(self) -> dict:
+        verdict = {0: "promote", 1: "reject"}.get(self.code, "error")
+        return {"exit": self.code, "verdict": verdict, "reason": self.reason, "candidate": self.candidate,
+                "report": self.report}
+
+
+def _target(repo: HarnessRepo, sha: str, trailers: dict[str, str], variable: str, domain: str) -> tuple[str, str]:
+    match = re.match(r"\s*([A-Za-z_][\w:]*)\s+(up|down)\b", trailers.get("Expected", ""))
+    if match:
+        return match.group(1), match.group(2)
+    note = repo.note(sha) or {}
+    if note.get("target_metric"):
+        return note["target_metric"], "up" if note["target_metric"] == "reward_verified_auc" else "down"
+    if variable:
+        from agents.playbook import for_domain  # the playbook knows each variable's usual target
+
+        for intervention in for_domain(domain):
+            if intervention.variable == variable:
+                return intervention.target_metric, intervention.direction
+    return DEFAULT_TARGET
+
+
+def candidate_for(repo: HarnessRepo, ref: str, domain: str) -> Candidate:
+    """The Candidate a commit stands for, from its trailers, with defaults for a hand-written one."""
+    commit = repo.repo.commit(ref)
+    trailers = parse_trailers(commit.message) if "\n\n" in commit.message.strip() else {}
+    main = repo.sha("main")
+    bases = repo.repo.merge_base(main, commit.hexsha)
+    variable = trailers.get("Variable", "").strip()
+    metric, direction = _target(repo, commit.hexsha, trailers, variable, domain)
+    branch = ref if ref in {h.name for h in repo.repo.heads} else f"ref/{commit.hexsha[:12]}"
+    intervention = re.search(r"Intervention (\S+) from", commit.message)
+    base = bases[0].hexsha if bases else main
+    return Candidate(
+        branch=branch, base_sha=base, sha=commit.hexsha,
+        diagnosis_id=(trailers.get("Diagnosis", "").split() or ["manual"])[0],
+        intervention=intervention.group(1) if intervention else "manual",
+        hypothesis=trailers.get("Hypothesis") or commit.summary or "(none given)", variable=variable,
+        target_metric=metric, direction=direction, expected=trailers.get("Expected") or f"{metric} {direction}",
+        rollback=trailers.get("Rollback") or f"revert {commit.hexsha[:12]}",
+        files=sorted(repo.repo.git.diff("--name-only", base, commit.hexsha).split()),
+    )
+
+
+def _retained(rd: RunDir, keep: int) -> list[int]:
+    phases = sorted(int(p.stem.split("-")[1]) for p in rd.rollouts.glob("phase-*.parquet"))
+    return phases[-keep:]
+
+
+def backtest_ref(run_dir, ref: str) -> Outcome:
+    """Judge ``ref`` against main on ``run_dir``'s retained rollouts; never raises for a bad ref or run."""
+    from evotrainer.backtest import run_backtest
+    from evotrainer.config import ConfigError
+    from evotrainer.rollouts import read_rollouts
+    from evotrainer.rundir import RunDirError
+
+    try:
+        rd = RunDir(run_dir)
+        cfg = rd.load_config()
+        repo = HarnessRepo(rd.harness)
+        try:
+            sha = repo.sha(ref)
+        except (git.BadName, ValueError, git.GitCommandError):
+            raise CannotJudge(f"{ref!r} is not a branch, tag or commit of {rd.harness}") from None
+        main = repo.sha("main")
+        if repo.repo.commit(sha).tree.hexsha == repo.repo.commit(main).tree.hexsha:
+            raise CannotJudge(f"{ref} has the same files as main: nothing to judge")
+        phases = _retained(rd, cfg.backtest.retained_phases)
+        if not phases:
+            raise CannotJudge(f"{rd.root} has no retained rollouts yet (no phase has trained)")
+        rows = [r for p in phases for r in read_rollouts(rd.rollout_file(p))]
+        tasks = {t["id"]: t for t in rd.train_tasks()}
+        candidate = candidate_for(repo, sha, cfg.domain)
+    except CannotJudge as err:
+        return Outcome(2, str(err))
+    except (ConfigError, RunDirError, OSError, ValueError) as err:
+        return Outcome(2, f"{type(err).__name__}: {err}")
+    try:
+        report = run_backtest(repo, candidate, rows, tasks, main_sha=main, settings=cfg.backtest,
+                              sandbox=cfg.sandbox, hide=rd.hidden_from_harness())
+    except Exception as err:  # noqa: BLE001 - say why it could not run, never a traceback
+        return Outcome(2, f"the backtest could not run: {type(err).__name__}: {err}",
+                       candidate.model_dump(mode="json"))
+    code = 0 if report.verdict == "promote" else 1
+    note = f"judged on {len(rows)} rollouts of phase(s) {', '.join(map(str, phases))}"
+    if code == 0 and cfg.backtest.trial_steps > 0:
+        note += "; in a run, the A/B trial would still decide"
+    return Outcome(code, note, candidate.model_dump(mode="json"), report.model_dump(mode="json"))
