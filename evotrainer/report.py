@@ -1,0 +1,266 @@
+"""The run report (``RUN_DIR/report.html``): what it shows, gathered from what the run left on disk.
+
+``evotrainer report RUN_DIR [--out FILE]`` writes it on demand, and ``evotrainer run`` rewrites it at the end of
+every phase (:func:`write_quietly`, which never stops a run: a failure becomes a ``report_error`` event). This
+module only reads; ``report_html.py`` and ``report_charts.py`` render. The sources:
+
+    held-out accuracy   checkpoints/phase-NNNN/result.json and baseline.json; the change of each phase against the
+                        one before (or the start) has a paired bootstrap interval over held-out items when both
+                        sides logged ``EvalResult.items``, else an unpaired normal interval (the chart says which)
+    training, health    PhaseResult.train (what the trainer logged) and, per step, the rollouts' group figures
+    harness lineage     the harness repo: main per phase, every candidate with its trailers, the ``backtest`` note
+                        (checks, and whatever trial result it carries), its diff and its ``effect`` note
+    skills              the skill store, read without writing; which candidates used each skill
+    agents              events.jsonl: steps per role (``agent`` events) and LLM calls, tokens, cost when logged
+    samples             per phase the best, the worst and a truncated rollout
+
+Not shown yet: a bench's arms on one chart (there is no bench to belong to yet).
+Try it alone: ``python -m evotrainer.report RUN_DIR`` writes RUN_DIR/report.html and prints its size.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from evotrainer.contracts import EvalResult, PhaseResult
+from evotrainer.harness import HarnessRepo
+from evotrainer.history import harness_log, phase_results
+from evotrainer.metrics import paired_gain, wilson
+from evotrainer.rollouts import group_stats, read_rollouts
+from evotrainer.rundir import RunDir
+
+RESAMPLES = 500  # bootstrap resamples of a paired accuracy change (metrics.paired_gain, pure Python: kept modest)
+_rollout_cache: dict[tuple[str, float, int], dict] = {}  # published rollout files never change: read each once
+_candidate_cache: dict[tuple[str, str], dict] = {}  # (harness repo, candidate sha) -> base, diff, backtest note
+
+
+@functools.lru_cache(maxsize=512)
+def _paired(before: tuple[tuple[str, float], ...], after: tuple[tuple[str, float], ...]) -> dict[str, Any]:
+    """``metrics.paired_gain`` of two phases' item scores, once per process (a run reports each pair again and
+    again, and published phases never change)."""
+    gain = paired_gain([(dict(before), dict(after))], resamples=RESAMPLES)
+    return {"change": gain["diff"], "low": gain["low"], "high": gain["high"], "n": gain["n"],
+            "method": "paired bootstrap"}
+
+
+def accuracy_change(before: EvalResult, after: EvalResult) -> dict[str, Any]:
+    """``after - before`` with a 95% interval: paired bootstrap over the held-out items both sides scored, or,
+    when either side has no per-item results, the unpaired normal interval of a difference of two rates."""
+    common = sorted(set(before.items) & set(after.items))
+    if common:
+        return dict(_paired(tuple((k, before.items[k]) for k in common), tuple((k, after.items[k]) for k in common)))
+    a0, a1 = before.accuracy, after.accuracy
+    half = 1.96 * math.sqrt(a0 * (1 - a0) / max(before.n, 1) + a1 * (1 - a1) / max(after.n, 1))
+    return {"change": a1 - a0, "low": a1 - a0 - half, "high": a1 - a0 + half, "n": min(before.n, after.n),
+            "method": "unpaired normal"}
+
+
+def accuracy_rows(baseline: EvalResult | None, results: list[PhaseResult]) -> list[dict]:
+    """Phase 0 (the start, when measured) and every phase: accuracy, Wilson interval, change vs the one before."""
+    rows: list[dict] = []
+    evals = ([(0, baseline)] if baseline else []) + [(r.phase, r.eval) for r in results]
+    for i, (phase, ev) in enumerate(evals):
+        lo, hi = wilson(ev.accuracy * ev.n, ev.n)
+        row = {"phase": phase, "accuracy": ev.accuracy, "low": lo, "high": hi, "n": ev.n, "change": None}
+        if i > 0:
+            row["change"] = accuracy_change(evals[i - 1][1], ev)
+            row["change"]["against"] = "start" if evals[i - 1][0] == 0 else f"phase {evals[i - 1][0]}"
+        rows.append(row)
+    return rows
+
+
+def phase_rows(results: list[PhaseResult]) -> list[dict]:
+    """Per phase: the harness version it trained on (and whether main changed since the phase before), the train
+    figures the trainer logged, steps, tokens and wall time."""
+    rows, prev = [], None
+    for r in results:
+        rows.append({"phase": r.phase, "harness_sha": r.harness_sha, "main_changed": prev is not None and
+                     r.harness_sha != prev, "train": dict(r.train), "steps": r.steps, "tokens": r.tokens,
+                     "wall_time_s": r.wall_time_s, "skipped_batches": r.skipped_batches})
+        prev = r.harness_sha
+    return rows
+
+
+def _sample(row: dict, kind: str) -> dict:
+    keys = ("task_id", "difficulty", "prompt", "completion", "reward", "reward_components", "verified",
+            "truncated", "kept", "advantage", "completion_tokens", "step", "group_id")
+    return {"kind": kind, **{k: row.get(k) for k in keys}}
+
+
+def rollout_summary(path: Path) -> dict:
+    """One phase's rollouts reduced to per-step health figures and three samples (best, worst, truncated)."""
+    stat = path.stat()
+    key = (str(path), stat.st_mtime, stat.st_size)
+    if key not in _rollout_cache:
+        rows = read_rollouts(path)
+        by_step: dict[int, list[dict]] = defaultdict(list)
+        for r in rows:
+            by_step[r["step"]].append(r)
+        per_step = []
+        for step, rs in sorted(by_step.items()):
+            s = group_stats(rs)
+            per_step.append({"step": step, "dead_group_ratio": s["dead_group_ratio"],
+                             "kept_fraction": s["kept_fraction"], "truncation_rate": s["truncation_rate"],
+                             "completion_length": s["completion_tokens_mean"]})
+        ranked = sorted(rows, key=lambda r: (r["reward"], r["verified"], -r["completion_tokens"]))
+        samples = [_sample(ranked[-1], "best"), _sample(ranked[0], "worst")] if ranked else []
+        cut = next((r for r in rows if r["truncated"]), None)
+        if cut is not None:
+            samples.append(_sample(cut, "truncated"))
+        _rollout_cache[key] = {"per_step": per_step, "samples": samples, "rollouts": len(rows)}
+    return _rollout_cache[key]
+
+
+def _candidate(repo: HarnessRepo, sha: str) -> dict:
+    """A candidate's base sha, diff and backtest note (empty before it is judged), read once per process once it
+    has its note (none of the three changes after that)."""
+    key = (str(repo.path), sha)
+    if key not in _candidate_cache:
+        note = repo.note(sha, "backtest")
+        commit = repo.repo.commit(sha)
+        base = commit.parents[0].hexsha if commit.parents else None
+        found = {"base_sha": base, "diff": repo.diff(base, sha) if base else "", "note": note or {}}
+        if note is None:
+            return found
+        _candidate_cache[key] = found
+    return _candidate_cache[key]
+
+
+def lineage(repo: HarnessRepo, rd: RunDir) -> list[dict]:
+    """Every candidate (``history.harness_log``) with its backtest note in full, its diff and its base sha."""
+    out = []
+    for entry in harness_log(rd):
+        c = _candidate(repo, entry["sha"])
+        note = c["note"]
+        out.append({**entry, "base_sha": c["base_sha"], "diff": c["diff"], "checks": note.get("checks", []),
+                    "runtime_s": note.get("runtime_s"), "sandbox": note.get("sandbox"),
+                    "noise_floor": note.get("noise_floor"),
+                    "trial": {k: v for k, v in note.items() if k not in _NOTE_SHOWN}})
+    return out
+
+
+_NOTE_SHOWN = {"branch", "candidate_sha", "base_sha", "target_metric", "checks", "noise_floor", "verdict", "reasons",
+               "runtime_s", "rollouts", "sandbox"}
+
+
+def skills(path: Path, used_by: dict[str, list[str]]) -> list[dict]:
+    """The skill store's records, read under its shared lock (no write, no generation bump), or none."""
+    if not (path / "chroma.sqlite3").is_file():
+        return []
+    from evotrainer.skills import _folder, _skill  # the store's own reader: one definition of a stored skill
+
+    with _folder(path).access(write=False) as folder:
+        found = folder.collection("skills").get(include=["metadatas"])
+    records = sorted((_skill(m) for m in found["metadatas"] or []), key=lambda s: s.id)
+    return [{**s.model_dump(mode="json"), "used_by": used_by.get(s.id, [])} for s in records]
+
+
+def agent_usage(rd: RunDir) -> tuple[list[dict], dict[str, list[str]]]:
+    """Per role: actions logged (events with ``agent``), models, seconds in its steps, and LLM calls (``llm_call``),
+    failed calls, fallbacks to the built-in role, tokens and cost when logged;
+    and, per skill id, the candidates that used it (``candidate`` events)."""
+    roles: dict[str, dict] = {}
+    used_by: dict[str, list[str]] = defaultdict(list)
+
+    def role(name: str) -> dict:
+        return roles.setdefault(name, {"role": name, "actions": 0, "models": set(), "seconds": 0.0, "llm_calls": 0,
+                                       "tokens": 0, "cost_usd": 0.0, "failed_calls": 0, "fallbacks": 0})
+
+    for e in rd.events.read():
+        if e.get("kind") == "candidate":
+            for sid in e.get("skills_used") or []:
+                used_by[sid].append(e.get("branch", "?"))
+        if e.get("kind") == "llm_call" and e.get("role"):
+            r = role(e["role"])
+            if e.get("outcome") == "builtin":  # the model chain fell back to the built-in role: no LLM call
+                r["fallbacks"] += 1
+                continue
+            r["llm_calls"] += 1
+            r["failed_calls"] += e.get("outcome") not in (None, "ok")
+            r["tokens"] += int(e.get("tokens") or 0) or int(e.get("prompt_tokens") or 0) + int(
+                e.get("completion_tokens") or 0)
+            r["cost_usd"] += float(e.get("cost_usd") or 0.0)
+            r["models"].add(str(e.get("model", "?")))
+        elif e.get("agent"):
+            r = role(e["agent"])
+            r["actions"] += 1  # a step's end (node_end) or a decision (a backtest verdict)
+            r["models"].add(str(e.get("model", "?")))
+            if e.get("kind") == "node_end":
+                r["seconds"] += float(e.get("seconds") or 0.0)
+            r["tokens"] += int(e.get("tokens") or 0)
+            r["cost_usd"] += float(e.get("cost_usd") or 0.0)
+    rows = [{**r, "models": sorted(r["models"])} for r in roles.values()]
+    return sorted(rows, key=lambda r: r["role"]), dict(used_by)
+
+
+def collect(rd: RunDir) -> dict[str, Any]:
+    """Everything the report shows, as plain data."""
+    cfg = rd.load_config()
+    results = phase_results(rd)
+    repo = HarnessRepo(rd.harness)
+    samples, steps = {}, []
+    for r in results:
+        path = rd.rollout_file(r.phase)
+        if path.is_file():
+            summary = rollout_summary(path)
+            samples[r.phase] = summary["samples"]
+            steps += [{**s, "phase": r.phase, "x": r.phase - 1 + s["step"] / max(r.steps, 1)}
+                      for s in summary["per_step"]]
+    agents, used_by = agent_usage(rd)
+    evals = ([rd.baseline()] if rd.baseline() else []) + [r.eval for r in results]
+    return {
+        "run": {"name": cfg.name, "root": str(rd.root), "domain": cfg.domain, "model": cfg.policy.model,
+                "phases": cfg.phases, "done": len(results), "main": repo.sha("main"),
+                "written": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                "eval_n": results[-1].eval.n if results else 0},
+        "accuracy": accuracy_rows(rd.baseline(), results),
+        "overall": accuracy_change(evals[0], evals[-1]) if len(evals) > 1 else None,  # first to last
+        "phases": phase_rows(results),
+        "steps": steps,
+        "lineage": lineage(repo, rd),
+        "skills": skills(rd.skills_path(cfg), used_by),
+        "agents": agents,
+        "samples": samples,
+    }
+
+
+def write(rd: RunDir, out: Path | None = None) -> Path:
+    """Render the report of ``rd`` to ``out`` (default RUN_DIR/report.html), replacing it atomically."""
+    from evotrainer.report_html import render
+
+    out = Path(out) if out else rd.root / "report.html"
+    text = render(collect(rd))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def write_quietly(rd: RunDir, phase: int) -> None:
+    """The run's hook: rewrite RUN_DIR/report.html; log ``report`` (bytes, wall and CPU seconds) or
+    ``report_error``; never raise."""
+    t0, cpu0 = time.time(), time.process_time()
+    try:
+        out = write(rd)
+        rd.events.emit("report", phase=phase, path=str(out), bytes=out.stat().st_size,
+                       seconds=round(time.time() - t0, 3), cpu_s=round(time.process_time() - cpu0, 3))
+    except Exception as err:  # noqa: BLE001 - a report must never stop a run
+        try:
+            rd.events.emit("report_error", phase=phase, error=f"{type(err).__name__}: {err}",
+                           seconds=round(time.time() - t0, 3))
+        except Exception:  # noqa: BLE001 - not even an unwritable events file
+            pass
+
+
+if __name__ == "__main__":
+    import sys
+
+    target = write(RunDir(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None)
+    print(f"{target}: {target.stat().st_size / 1024:.0f} KiB")
