@@ -3,7 +3,7 @@
 The built-in (heuristic) Diagnostician computes a health report in four layers and turns each rule that fires
 into a Diagnosis carrying its figures with 95% intervals and example rollout ids:
 
-    score     held-out accuracy against the best earlier phase or the starting policy (two-proportion interval)
+    score     held-out accuracy against the best earlier phase or the starting policy (paired per held-out task)
     signal    dead-group ratio, dead groups that still train, kept fraction
     behavior  format failures, truncation, verified-correct-but-truncated, reward/verified disagreement,
               completion-length trend
@@ -15,11 +15,10 @@ threshold) becomes the diagnosis's confidence, which the Critic judges.
 
 from __future__ import annotations
 
-import math
 
 from agents import PhaseEvidence
 from evotrainer.contracts import Diagnosis, MetricEvidence
-from evotrainer.metrics import rate_evidence, ratio_evidence, wilson
+from evotrainer.metrics import accuracy_change, rate_evidence, ratio_evidence
 from evotrainer.rollouts import groups_of, is_dead
 
 THRESHOLDS = {
@@ -79,18 +78,17 @@ class HeuristicDiagnostician:
             return None
         cur = ev.current.eval
         where, best = max(earlier, key=lambda e: e[1].accuracy)
-        drop = best.accuracy - cur.accuracy
-        se = math.sqrt(cur.accuracy * (1 - cur.accuracy) / max(cur.n, 1)
-                       + best.accuracy * (1 - best.accuracy) / max(best.n, 1))
-        if drop <= 1.96 * se or drop <= 0:
+        change = accuracy_change(best, cur)  # paired per held-out task when both scored the same tasks
+        if change["high"] >= 0:
             return None
-        lo, hi = wilson(cur.accuracy * cur.n, cur.n)
+        drop = -change["diff"]
+        how = "paired on the same held-out tasks" if change["paired"] else "unpaired"
         return Diagnosis(
             id="", layer="score", failure_mode="accuracy_regression",
-            statement=f"Held-out accuracy fell to {cur.accuracy:.1%} from {best.accuracy:.1%} "
-                      f"({where}), beyond the {1.96 * se:.1%} sampling margin.",
-            evidence=[MetricEvidence(name="eval_accuracy", value=cur.accuracy, low=lo, high=hi, n=cur.n,
-                                     threshold=best.accuracy - 1.96 * se)],
+            statement=f"Held-out accuracy fell to {cur.accuracy:.1%} from {best.accuracy:.1%} ({where}): "
+                      f"{-drop:+.1%}, 95% CI {change['low']:+.1%} to {change['high']:+.1%} ({how}).",
+            evidence=[MetricEvidence(name="eval_accuracy_drop", value=drop, low=-change["high"], high=-change["low"],
+                                     n=cur.n, threshold=0.0)],
             severity=min(1.0, 0.5 + drop * 5), confidence=0.9,
         )
 
@@ -99,18 +97,18 @@ class HeuristicDiagnostician:
         if not promo or len(ev.results) < 2:
             return None
         cur, prev = ev.current.eval, ev.results[-2].eval
-        drop = prev.accuracy - cur.accuracy
-        se = math.sqrt(cur.accuracy * (1 - cur.accuracy) / max(cur.n, 1)
-                       + prev.accuracy * (1 - prev.accuracy) / max(prev.n, 1))
-        if drop <= 1.96 * se:
+        change = accuracy_change(prev, cur)
+        if change["high"] >= 0:
             return None
+        drop = -change["diff"]
         return Diagnosis(
             id="", layer="version", failure_mode="edit_regression",
-            statement=f"Accuracy fell {drop:.1%} (to {cur.accuracy:.1%}) in the first phase trained on "
-                      f"{promo.get('branch')} ({promo.get('intervention')}).",
-            evidence=[MetricEvidence(name="eval_accuracy_drop", value=drop, low=drop - 1.96 * se,
-                                     high=drop + 1.96 * se, n=cur.n, threshold=0.0)],
-            severity=min(1.0, 0.5 + drop * 5), confidence=0.9 if drop - 1.96 * se > 0 else 0.5,
+            statement=f"Accuracy fell {drop:.1%} (to {cur.accuracy:.1%}; 95% CI of the change {change['low']:+.1%} "
+                      f"to {change['high']:+.1%}) in the first phase trained on {promo.get('branch')} "
+                      f"({promo.get('intervention')}).",
+            evidence=[MetricEvidence(name="eval_accuracy_drop", value=drop, low=-change["high"], high=-change["low"],
+                                     n=cur.n, threshold=0.0)],
+            severity=min(1.0, 0.5 + drop * 5), confidence=0.9,
         )
 
     # signal ---------------------------------------------------------------------------------------------------

@@ -8,14 +8,18 @@ compare its decisions with it:
     knobs_valid           harness.yaml is well-formed
     ordering_violations   inside groups, verified-correct rollouts are not ranked below wrong ones more than on main
     reward_verified_auc   the reward separates correct from wrong at least as well as main's
-    <target metric>       moves in the promised direction by more than the noise floor (1.96 x the bootstrap
-                          standard deviation of main's value over resampled groups)
+    target:<metric>       moves in the promised direction by more than the noise floor (1.96 x the bootstrap
+                          standard deviation of main's value over resampled groups); decides only without trials
     verified_dropped      verified-correct rollouts are not filtered or truncation-masked away more than on main
     diagnostic:<name>     every diagnostic registered on main stays within its alert threshold
     replay_time           the replay stays within its time budget
+    effect                the edit changes training updates (else rejected as "no effect", before any trial)
+    trial:probe_accuracy  the decision (with trials on): from the current checkpoint main and the candidate train
+                          the same short budget with the same seeds and tasks; the candidate's probe-split accuracy
+                          gain, paired per task and seed, must clear zero at 95%
 
-This module computes the checks; the Backtester agent turns them into a verdict. Interventions that only a
-training run can judge (most RL knobs) are marked ``needs_pilot`` in the playbook and are judged on a pilot.
+With trials on, the targeted metric is reported but does not decide (an edit can move its own target by
+construction). This module computes the checks; the Backtester agent turns them into a verdict.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from evotrainer.harness import HarnessRepo, KnobsError, read_knobs
 from evotrainer.metrics import bootstrap_groups, stdev
 from evotrainer.replay import METRICS, mixed, registry, replay
 from evotrainer.rollouts import SPREAD_EPS
+from evotrainer.safety import safety_checks
 from sandbox import HarnessError, HarnessWorker, run_selftest
 
 
@@ -96,10 +101,13 @@ def _diag_checks(main_registry: dict, cand_values: dict) -> list[Check]:
 
 
 def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: BacktestConfig,
-          sandbox: SandboxConfig, hide: list[str], pilot: dict | None = None) -> BacktestReport:
-    """Compute every check of ``candidate`` against main (``base``) on the base's rollouts; verdict by all-pass.
+          sandbox: SandboxConfig, hide: list[str]) -> BacktestReport:
+    """Every replay check of ``candidate`` against main (``base``) on the base's rollouts; verdict by all-pass.
 
     The candidate's self-tests run first, in a sandbox process of their own limited to ``settings.test_timeout_s``.
+    With trials on (``settings.trial_steps > 0``) these are the safety checks and the "effect" check; the decision
+    is the A/B trial's (:func:`trial_check`, added with :func:`with_check`). With trials off, the targeted metric
+    moving beyond its noise floor on replay decides.
     """
     t0 = time.time()
     checks: list[Check] = []
@@ -121,6 +129,7 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
                                 or f"{tests['n']} passed"))
         except HarnessError as err:
             checks.append(Check(name="self_tests", passed=False, detail=str(err)))
+        checks += safety_checks(repo, candidate, base, cand_dir, wc, settings=settings, sandbox=sandbox, hide=hide)
         if all(c.passed for c in checks):
             try:
                 main = base.replay
@@ -130,12 +139,10 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
             else:
                 checks.append(Check(name="replay", passed=True, detail=f"{len(base.rollouts)} rollouts"))
                 noise, more = _metric_checks(main, cand, candidate, settings.bootstrap,
-                                             settings.alignment_tolerance, offline_target=pilot is None)
+                                             settings.alignment_tolerance, decisive_target=settings.trial_steps == 0)
                 checks += more
                 checks += _diag_checks(main["registry"], registry(base.worker, cand["rows"], base.tasks))
-    if pilot is not None:
-        checks.append(pilot_check(pilot, candidate))
-        noise = pilot.get("noise", {}).get(candidate.target_metric, 0.0)
+                checks.append(effect_check(main, cand, candidate))
     runtime = time.time() - t0
     checks.append(Check(name="replay_time", candidate=round(runtime, 2), threshold=settings.time_budget_s,
                         passed=runtime <= settings.time_budget_s))
@@ -150,16 +157,15 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
 
 
 def run_backtest(repo: HarnessRepo, candidate: Candidate, rollouts: list[dict], tasks: dict[str, dict], *,
-                 main_sha: str, settings: BacktestConfig, sandbox: SandboxConfig, hide: list[str],
-                 pilot: dict | None = None) -> BacktestReport:
-    """Judge one candidate against ``main_sha`` on ``rollouts`` (main replayed for this call alone)."""
+                 main_sha: str, settings: BacktestConfig, sandbox: SandboxConfig, hide: list[str]) -> BacktestReport:
+    """The replay checks of one candidate against ``main_sha`` on ``rollouts`` (main replayed for this call)."""
     with harness_worker(repo, main_sha, sandbox, hide) as (path, worker):
         base = Baseline(sha=main_sha, dir=path, worker=worker, rollouts=rollouts, tasks=tasks)
-        return judge(repo, candidate, base, settings=settings, sandbox=sandbox, hide=hide, pilot=pilot)
+        return judge(repo, candidate, base, settings=settings, sandbox=sandbox, hide=hide)
 
 
 def _metric_checks(base: dict, cand: dict, candidate: Candidate, bootstrap: int, tolerance: float,
-                   offline_target: bool = True) -> tuple[float, list[Check]]:
+                   decisive_target: bool = True) -> tuple[float, list[Check]]:
     b_rows, c_rows = base["rows"], cand["rows"]
     checks = []
     for name, worse in (("ordering_violations", "up"), ("reward_verified_auc", "down")):
@@ -175,11 +181,10 @@ def _metric_checks(base: dict, cand: dict, candidate: Candidate, bootstrap: int,
     checks.append(Check(name="verified_dropped", base=round(bv, 4), candidate=round(cv, 4), threshold=round(bv, 4),
                         passed=ok, detail="" if ok else "verified-correct rollouts would stop training toward themselves (filtered, masked or outscored)"))
     target = candidate.target_metric
-    if not offline_target:  # judged by the pilot instead
-        return 0.0, checks
     if target not in METRICS:
-        checks.append(Check(name=f"target:{target}", passed=False,
-                            detail="cannot be measured on retained rollouts (needs a pilot)"))
+        checks.append(Check(name=f"target:{target}", passed=not decisive_target,
+                            detail="cannot be measured on retained rollouts" + (
+                                "" if decisive_target else " (informational: the A/B trial decides)")))
         return 0.0, checks
     stat = METRICS[target]
     # a curriculum edit changes which levels train: weigh each side's rows by its own level mix (main's
@@ -189,24 +194,72 @@ def _metric_checks(base: dict, cand: dict, candidate: Candidate, bootstrap: int,
     cv = mixed(c_rows, stat, c_mix)
     noise = 1.96 * stdev(bootstrap_groups(b_rows, lambda rs: mixed(rs, stat, b_mix), bootstrap))
     gain = (cv - bv) if candidate.direction == "up" else (bv - cv)
-    ok = gain > noise and gain > SPREAD_EPS
+    moved = gain > noise and gain > SPREAD_EPS
+    detail = "" if moved else f"moved {gain:+.4f} in the promised direction; noise floor {noise:.4f}"
+    if not decisive_target:
+        detail = f"{'moved as promised' if moved else detail} (informational: the A/B trial decides)"
     checks.append(Check(name=f"target:{target}", base=round(bv, 4), candidate=round(cv, 4),
-                        threshold=round(bv + noise if candidate.direction == "up" else bv - noise, 4), passed=ok,
-                        detail="" if ok else f"moved {gain:+.4f} in the promised direction; noise floor {noise:.4f}"))
+                        threshold=round(bv + noise if candidate.direction == "up" else bv - noise, 4),
+                        passed=moved or not decisive_target, detail=detail))
     return noise, checks
 
 
-def pilot_check(pilot: dict, candidate: Candidate) -> Check:
-    """Judge a knob change on a short pilot run (candidate vs main, same seed and tasks)."""
-    target = candidate.target_metric
-    base, cand, noise = pilot["base"].get(target), pilot["candidate"].get(target), pilot.get("noise", {}).get(target, 0)
-    if base is None or cand is None:
-        return Check(name=f"pilot:{target}", passed=False, detail="the pilot did not measure this metric")
-    gain = (cand - base) if candidate.direction == "up" else (base - cand)
-    ok = gain > noise
-    return Check(name=f"pilot:{target}", base=round(base, 4), candidate=round(cand, 4),
-                 threshold=round(base + noise if candidate.direction == "up" else base - noise, 4), passed=ok,
-                 detail="" if ok else f"moved {gain:+.4f} in the pilot; noise floor {noise:.4f}")
+# knobs whose effect a replay on fixed completions cannot show (they change sampling or the optimizer)
+_TRAINING_KNOBS = ("learning_rate", "group_size", "temperature", "max_completion_length", "loss_type", "beta",
+                   "epsilon", "epsilon_high", "lr_schedule", "warmup_steps", "max_grad_norm", "weight_decay",
+                   "updates_per_batch")
+
+
+def effect_check(main: dict, cand: dict, candidate: Candidate) -> Check:
+    """Does the edit change training updates? Rejected as "no effect" when it does not.
+
+    On the replayed rollouts, the rollouts that train with a non-zero advantage and those advantages are the same as
+    main's (rows that train with zero advantage add no policy gradient, and a loss that only changes scale is
+    undone by Adam's normalisation and gradient clipping), no knob that acts outside replay differs, the
+    curriculum's mix is the same and prompt.py is untouched. With a KL term (beta > 0) every trained row counts.
+    """
+    kb, kc = main["knobs"], cand["knobs"]
+    knobs = [k for k in _TRAINING_KNOBS if getattr(kb, k) != getattr(kc, k)]
+    if knobs or main["mix"] != cand["mix"] or "prompt.py" in candidate.files:
+        why = f"changes {', '.join(knobs)}" if knobs else ("changes the curriculum's mix" if main["mix"] !=
+                                                            cand["mix"] else "changes the prompts")
+        return Check(name="effect", passed=True, detail=why)
+
+    def signal(rows: list[dict], beta: float) -> dict:
+        return {(r["group_id"], r["sample_idx"]): round(r["advantage"], 5) for r in rows
+                if r["trained"] and (beta > 0 or abs(r["advantage"]) > 1e-6)}
+
+    base, new = signal(main["rows"], kb.beta), signal(cand["rows"], kc.beta)
+    changed = sum(base.get(k) != new.get(k) for k in base.keys() | new.keys())
+    return Check(name="effect", base=float(len(base)), candidate=float(changed), passed=changed > 0,
+                 detail=f"{changed} rollouts train differently" if changed else
+                 "no effect: every rollout would train with the same advantage as on main (at most the loss's "
+                 "scale changes, which Adam's normalisation and gradient clipping undo)")
+
+
+def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000) -> Check:
+    """The A/B decision: the candidate's gain in probe accuracy over main, paired per task and per seed, must clear
+    zero at 95% (the lower end of the paired bootstrap interval above 0)."""
+    from evotrainer.metrics import paired_gain
+
+    gain = paired_gain([(m.items, c.items) for m, c in zip(main_runs, cand_runs)], resamples=resamples)
+    main_acc = sum(m.accuracy for m in main_runs) / len(main_runs)
+    cand_acc = sum(c.accuracy for c in cand_runs) / len(cand_runs)
+    ok = gain["low"] > 0
+    return Check(name="trial:probe_accuracy", base=round(main_acc, 4), candidate=round(cand_acc, 4),
+                 threshold=round(main_acc + gain["diff"] - gain["low"], 4),
+                 passed=ok, detail=f"gain {gain['diff']:+.4f} (95% CI {gain['low']:+.4f} to {gain['high']:+.4f}, "
+                 f"{gain['n']} probe tasks x {len(main_runs)} seed(s), paired)" + ("" if ok else
+                 ": does not clear zero"))
+
+
+def with_check(report: BacktestReport, check: Check) -> BacktestReport:
+    """``report`` with one more check, its verdict and reasons recomputed (all checks must pass)."""
+    checks = [c for c in report.checks if c.name != check.name] + [check]
+    reasons = [f"{c.name}: {c.detail or _describe(c)}" for c in checks if not c.passed]
+    return report.model_copy(update={"checks": checks, "verdict": "reject" if reasons else "promote",
+                                     "reasons": reasons or [f"all {len(checks)} checks passed; {check.name}: "
+                                                            f"{check.detail}"]})
 
 
 def _describe(c: Check) -> str:

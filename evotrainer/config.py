@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from evotrainer.agents_config import AgentsConfig  # the agents section: models per role, budget
 from sandbox import DEFAULT_IMAGE, SandboxLimits
 
 
@@ -59,10 +60,27 @@ class PolicyConfig(_Section):
 class TrainingConfig(_Section):
     steps_per_phase: int = Field(60, ge=1, description="GRPO optimizer steps in one training phase")
     prompts_per_step: int = Field(8, ge=1, description="prompts per GRPO step (each gets a group of completions)")
-    eval_size: int = Field(300, ge=10, description="held-out tasks, frozen at init, scored after every phase")
+    eval_size: int = Field(1000, ge=10, description="held-out tasks, frozen at init, scored after every phase")
     eval_max_new_tokens: int = Field(16, ge=1, description="generation budget of the held-out evaluation")
+    eval_samples: int = Field(
+        0, ge=0, description="held-out decoding: 0 = one greedy completion per task (item score 0 or 1); k > 0 = "
+        "sampled pass@1, k completions per task at temperature 1 (item score = share correct)"
+    )
     train_pool_size: int = Field(6000, ge=100, description="training tasks generated at init")
     threads: int = Field(0, ge=0, description="torch CPU threads for the trainer (0 = all cores)")
+    report_to: list[Literal["tensorboard", "wandb", "trackio"]] = Field(
+        default_factory=list, description="dashboards TRL sends each phase's training metrics to, tagged with the run, "
+        "phase and harness sha (tensorboard writes RUN_DIR/tensorboard/phase-NNNN; wandb and trackio use their own "
+        "login and environment; each needs its package installed); empty = none"
+    )
+    carry_optimizer: bool = Field(
+        True, description="each phase starts from the last phase's AdamW moments (false: fresh optimizer state "
+        "every phase). Not with LoRA, whose adapter is merged at the end of every phase"
+    )
+    kl_reference: Literal["base", "phase_start"] = Field(
+        "base", description="what the KL term (harness beta > 0) pulls toward: the run's starting policy, or each "
+        "phase's starting checkpoint"
+    )
 
 
 class TrainerConfig(_Section):
@@ -78,15 +96,30 @@ class TrainerConfig(_Section):
 
 
 class EvolutionConfig(_Section):
+    mode: Literal["evolve", "static", "keep_discard"] = Field(
+        "evolve", description="evolve = the full loop (diagnose, critique, engineer, backtest with A/B trials, "
+        "promote); static = the harness is never edited (a baseline); keep_discard = the scalar loop of "
+        "autoresearch-style systems: each phase trains on the next playbook edit, kept if held-out accuracy rose, "
+        "reverted otherwise (no diagnosis, no backtest)"
+    )
     max_diagnoses: int = Field(4, ge=1, description="most diagnoses the Critic passes on per phase")
     max_candidates: int = Field(3, ge=1, description="most candidate edits the Engineer makes per round")
     max_engineer_rounds: int = Field(
         2, ge=1, description="Engineer rounds per phase when every candidate was rejected"
     )
     max_evidence_rounds: int = Field(1, ge=0, description="times the Critic may send diagnoses back for evidence")
+    counterfactual: bool = Field(
+        True, description="after a promotion, train the old main like the phase that first trains the edit (same "
+        "checkpoint and seeds) and compare the two on the held-out split, paired per task: the edit's realized "
+        "effect. A loss beyond the margin rolls the edit back by a new commit on main"
+    )
     max_promotions_per_phase: int = Field(
         1, ge=0, le=1, description="passing candidates merged per phase: 1, or 0 to keep the harness fixed. Each "
         "edit reaches main alone, judged against the main it merges into, so its effect stays attributable"
+    )
+    escalate_after: int = Field(
+        3, ge=0, description="phases in a row with nothing promoted after which the Engineer must change layer or "
+        "propose a subtraction, and main rolls back to its last known-good version when accuracy fell (0 = never)"
     )
 
 
@@ -95,9 +128,14 @@ class BacktestConfig(_Section):
     bootstrap: int = Field(200, ge=20, description="bootstrap resamples (over groups) for the noise floor")
     time_budget_s: float = Field(120, gt=0, description="longest a candidate's replay may take")
     test_timeout_s: float = Field(60, gt=0, description="time limit of the harness self-tests")
-    pilot_steps: int = Field(
-        15, ge=0, description="training steps of the pilot that judges RL-knob edits (0 = no pilots: such edits "
-        "are not proposed)"
+    trial_steps: int = Field(
+        20, ge=0, description="generated batches each arm of the A/B trial trains from the current checkpoint "
+        "(main and the candidate, same seeds and tasks); 0 = no trials: the replay's targeted metric decides and "
+        "edits only a training run can judge (RL knobs) are not proposed"
+    )
+    trial_seeds: int = Field(2, ge=1, description="replicates of each trial arm (different seeds, paired by seed)")
+    probe_size: int = Field(
+        300, ge=20, description="training-pool tasks the trial's arms are scored on, paired per task"
     )
     alignment_tolerance: float = Field(
         0.01, ge=0, description="how much worse reward/verified alignment may get before a candidate fails"
@@ -113,27 +151,6 @@ class SandboxConfig(_Section):
     limits: SandboxLimits = Field(default_factory=SandboxLimits, description="resource limits of harness code")
 
 
-class AgentConfig(_Section):
-    model: str = Field(
-        "heuristic", description="'heuristic' = built-in deterministic agent (the only one in this version)"
-    )
-
-    @field_validator("model")
-    @classmethod
-    def _known_model(cls, v: str) -> str:
-        if v != "heuristic":
-            raise ValueError("only 'heuristic' (the built-in agent) is available in this version")
-        return v
-
-
-class AgentsConfig(_Section):
-    diagnostician: AgentConfig = Field(default_factory=AgentConfig, description="reads rollouts, diagnoses")
-    critic: AgentConfig = Field(default_factory=AgentConfig, description="confirms or rejects diagnoses")
-    engineer: AgentConfig = Field(default_factory=AgentConfig, description="turns diagnoses into harness edits")
-    backtester: AgentConfig = Field(default_factory=AgentConfig, description="judges candidates on replay")
-    librarian: AgentConfig = Field(default_factory=AgentConfig, description="keeps skills across phases")
-
-
 class SkillsConfig(_Section):
     path: str | None = Field(
         None, description="Chroma folder of the skill library; empty = skills/ inside the run directory "
@@ -142,11 +159,23 @@ class SkillsConfig(_Section):
     top_k: int = Field(3, ge=1, description="skills retrieved per diagnosis")
 
 
+class TasksConfig(_Section):
+    mix: dict[str, float] | None = Field(
+        None, description="share of each difficulty level in the training pool and the held-out split (relative "
+        "weights, e.g. {'1': 1, '4': 3}; a level left out is not used); empty = the domain's own mix"
+    )
+
+
 class Config(_Section):
     name: str = Field("demo", description="name of the run")
     domain: Literal["math"] = Field("math", description="task domain (tasks and verifier are evaluator-owned)")
     seed: int = Field(0, description="seed of task sampling, initialisation and training")
     phases: int = Field(3, ge=1, description="training phases in the run (the evolution budget)")
+    harness: str | None = Field(
+        None, description="the seed harness: a folder with harness.yaml, or the name of one in harness_repo/ "
+        "(e.g. math_reference); empty = the domain's seed harness"
+    )
+    tasks: TasksConfig = Field(default_factory=TasksConfig, description="the task mix of the run")
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="the policy being trained")
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="one phase of training")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the trainer service")
@@ -155,6 +184,9 @@ class Config(_Section):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="where harness code runs")
     agents: AgentsConfig = Field(default_factory=AgentsConfig, description="the five specialist roles")
     skills: SkillsConfig = Field(default_factory=SkillsConfig, description="the Librarian's skill library")
+    gates: list[Literal["before_promote"]] = Field(
+        default_factory=list, description="where the run waits for a person: before_promote pauses before merging "
+        "into main until `evotrainer approve RUN_DIR` (or --revise \"feedback\", --abort); empty = unattended")
 
     @field_validator("name")
     @classmethod

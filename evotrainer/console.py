@@ -22,9 +22,13 @@ if TYPE_CHECKING:
 
 def summarize(state: RunState, effects: list[dict], baseline: EvalResult | None) -> dict:
     """The phase summary of ``state`` (printed by :meth:`Reporter.phase_summary`, logged as ``phase_summary``)."""
+    from evotrainer.metrics import accuracy_change
+
     results = state.results
     cur = results[-1]
-    prev = results[-2].eval.accuracy if len(results) > 1 else (baseline.accuracy if baseline else None)
+    prev_eval = results[-2].eval if len(results) > 1 else baseline
+    prev = prev_eval.accuracy if prev_eval else None
+    change = accuracy_change(prev_eval, cur.eval) if prev_eval else None
     promoted = [{"branch": p.branch, "main_sha": p.main_sha, "hypothesis": p.candidate.hypothesis}
                 for p in state.promotions if p.phase == state.phase]
     by_branch = {c.branch: c for c in state.candidates}
@@ -36,6 +40,7 @@ def summarize(state: RunState, effects: list[dict], baseline: EvalResult | None)
                       "variable": c.variable if c else "", "intervention": c.intervention if c else ""})
     return {
         "phase": state.phase, "accuracy": cur.eval.accuracy, "previous_accuracy": prev, "eval_n": cur.eval.n,
+        "change": change,
         "previous_label": "previous" if len(results) > 1 else "start",
         "by_difficulty": cur.eval.by_difficulty, "harness_sha": cur.harness_sha, "train_s": cur.wall_time_s,
         "reward_mean": cur.train.get("reward_mean", 0.0), "dead_group_ratio": cur.train.get("dead_group_ratio", 0.0),
@@ -78,7 +83,9 @@ class Reporter:
         c = self.console
         acc = s["accuracy"]
         prev = s.get("previous_accuracy")
-        delta = f" ({acc - prev:+.1%} vs {s.get('previous_label', 'previous')})" if prev is not None else ""
+        ch = s.get("change")
+        ci = f", 95% CI {ch['low']:+.1%} to {ch['high']:+.1%}{' paired' if ch['paired'] else ''}" if ch else ""
+        delta = f" ({acc - prev:+.1%} vs {s.get('previous_label', 'previous')}{ci})" if prev is not None else ""
         c.rule(f"[bold]phase {s['phase']}[/bold]  held-out accuracy {acc:.1%}{delta}  (n={s['eval_n']})")
         c.print(f"trained on main@{s['harness_sha'][:8]} in {s['train_s']:.0f} s: reward {s['reward_mean']:.3f}, "
                 f"dead groups {s['dead_group_ratio']:.0%}, kept {s['kept_fraction']:.0%}, "

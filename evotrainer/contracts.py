@@ -146,6 +146,8 @@ class Promotion(_Model):
     failure_mode: str = "unknown"
     statement: str = Field("", description="the diagnosis the edit answered")
     backtest: list[str] = Field(default_factory=list, description="the backtest's reasons")
+    reverted_sha: str = Field("", description="the commit on main that rolled the edit back, if its realized "
+                              "effect was a loss beyond the margin")
 
 
 class Skill(_Model):

@@ -22,24 +22,38 @@ from typing import Any, Iterator, Literal
 
 import git
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evotrainer.harness_files import MAX_FILE_BYTES, check_tree, export_tree, load_yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 BOT = git.Actor("EvoTrainer", "evotrainer@localhost")
 HARNESS_FILES = ["harness.yaml", "prompt.py", "rewards.py", "filters.py", "curriculum.py", "diagnostics.py"]
 
 
-def seed_dir(domain: str) -> Path:
-    """The seed harness shipped with EvoTrainer (source checkout, else the installed data files)."""
+def seed_dir(domain: str, harness: str | None = None) -> Path:
+    """The seed harness: ``harness`` (a folder, or the name of one shipped in harness_repo/) or the domain's own,
+    from the source checkout, else the installed data files."""
     import sys
 
+    if harness and Path(harness).expanduser().is_dir():
+        path = Path(harness).expanduser().resolve()
+        if not (path / "harness.yaml").is_file():
+            raise FileNotFoundError(f"{path}: no harness.yaml (not a harness folder)")
+        return path
+    name = harness or domain
     for root in (Path(__file__).resolve().parents[1] / "harness_repo", Path(sys.prefix) / "share/evotrainer/harness_repo"):
-        if (root / domain / "harness.yaml").is_file():
-            return root / domain
-    raise FileNotFoundError(f"no seed harness for domain {domain!r}")
+        if (root / name / "harness.yaml").is_file():
+            return root / name
+    raise FileNotFoundError(f"no seed harness {name!r} (a folder with harness.yaml, or one of harness_repo/)")
 
 
 class Knobs(BaseModel):
-    """harness.yaml, validated. An edit that breaks it fails its backtest with this model's message."""
+    """harness.yaml, validated. An edit that breaks it fails its backtest with this model's message.
+
+    Every knob changes the update (``tests/test_knobs.py`` shows it for each one); a value that could not act is
+    refused here rather than silently ignored: the clip epsilons act only when a generated batch is used for more
+    than one update, and ``reward_scale`` only when advantages are not rescaled by a reward std.
+    """
 
     model_config = ConfigDict(extra="forbid")
     learning_rate: float = Field(gt=0, lt=1)
@@ -48,13 +62,29 @@ class Knobs(BaseModel):
     max_completion_length: int = Field(ge=1, le=32768)
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"]
     beta: float = Field(ge=0)
-    epsilon: float = Field(gt=0, lt=1)
-    epsilon_high: float = Field(gt=0, lt=1)
+    epsilon: float = Field(0.2, gt=0, lt=1)
+    epsilon_high: float = Field(0.2, gt=0, lt=1)
     scale_rewards: Literal["group", "batch", "none"]
     reward_scale: float = Field(1.0, gt=0)
     mask_truncated_completions: bool
     reward_weights: dict[str, float]
     curriculum_weights: dict[str, float]
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    weight_decay: float = Field(0.0, ge=0, lt=1)
+    updates_per_batch: int = Field(1, ge=1, le=8)
+    oversample: int = Field(1, ge=1, le=8)
+
+    @model_validator(mode="after")
+    def _every_knob_acts(self) -> "Knobs":
+        if self.updates_per_batch == 1 and (self.epsilon, self.epsilon_high) != (0.2, 0.2):
+            raise ValueError("epsilon/epsilon_high act only with updates_per_batch > 1 (with one update per "
+                             "generated batch the policy ratio is always 1, so the clip never binds)")
+        if self.reward_scale != 1.0 and self.scale_rewards != "none":
+            raise ValueError(f"reward_scale acts only with scale_rewards: none (under {self.scale_rewards} "
+                             "scaling the advantage divides it out)")
+        return self
 
 
 class KnobsError(ValueError):
@@ -73,11 +103,13 @@ def read_knobs(harness_dir: Path) -> Knobs:
 def parse_knobs(text: str) -> Knobs:
     """The text of a harness.yaml, validated (raises KnobsError with one readable line)."""
     try:
-        return Knobs.model_validate(yaml.safe_load(text))
+        return Knobs.model_validate(load_yaml(text))  # safe loader with size, alias and depth limits
     except yaml.YAMLError as err:
         raise KnobsError(f"harness.yaml: not valid YAML: {str(err).splitlines()[0]}") from None
     except ValidationError as err:
         e = err.errors()[0]
+        if not e["loc"]:  # a rule across knobs: the message says which
+            raise KnobsError(f"harness.yaml: {e['msg'].removeprefix('Value error, ')}") from None
         key = ".".join(str(p) for p in e["loc"])
         raise KnobsError(f"harness.yaml: {key}: {e['msg']} (got {e.get('input')!r})") from None
 
@@ -107,9 +139,9 @@ class HarnessRepo:
 
     # --- creation --------------------------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: Path, domain: str) -> "HarnessRepo":
+    def create(cls, path: Path, domain: str, harness: str | None = None) -> "HarnessRepo":
         path = Path(path)
-        shutil.copytree(seed_dir(domain), path, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(seed_dir(domain, harness), path, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         repo = git.Repo.init(path, initial_branch="main")
         with repo.config_writer() as cw:
             cw.set_value("user", "name", BOT.name)
@@ -165,7 +197,9 @@ class HarnessRepo:
     # --- worktrees -------------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def worktree(self, ref: str, *, branch: str | None = None) -> Iterator[Path]:
-        """Check ``ref`` out into a fresh temporary worktree (on a new ``branch`` when given)."""
+        """Check ``ref`` out into a fresh temporary worktree (on a new ``branch`` when given); a tree with a link
+        or an oversize file is never checked out (``HarnessTreeError``)."""
+        check_tree(self.repo, ref)
         tmp = Path(tempfile.mkdtemp(prefix="evo-wt-"))
         wt = tmp / "harness"
         args = ["add", "-b", branch, str(wt), ref] if branch else ["add", "--detach", str(wt), ref]
@@ -179,16 +213,11 @@ class HarnessRepo:
             self.repo.git.worktree("prune")
 
     def export(self, ref: str, dest: Path) -> Path:
-        """Write the files of ``ref`` into ``dest`` (no git metadata): what the sandbox and trainer load."""
-        dest = Path(dest)
-        dest.mkdir(parents=True, exist_ok=True)
-        import io
-        import tarfile
-
-        data = self.repo.git.archive(ref, format="tar", stdout_as_string=False)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(dest, filter="data")
-        return dest
+        """Write the files of ``ref`` into ``dest`` (no git metadata): what the sandbox and trainer load. Only
+        regular files within the size limits are written (``harness_files``: links and oversize files are left
+        out, and the backtest's ``harness_tree`` check rejects a candidate that has them)."""
+        export_tree(self.repo, ref, Path(dest))
+        return Path(dest)
 
     # --- writing ---------------------------------------------------------------------------------------------
     def commit_candidate(self, branch: str, base: str, edits: dict[str, str], subject: str, body: str,
@@ -204,6 +233,8 @@ class HarnessRepo:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             g.read_tree(base, env=env)
             for i, (rel, text) in enumerate(sorted(edits.items())):
+                if len(text.encode("utf-8", "replace")) > MAX_FILE_BYTES:
+                    raise ValueError(f"{branch}: {rel} is over the {MAX_FILE_BYTES}-byte limit of a harness file")
                 staged = Path(tmp) / f"blob-{i}"
                 staged.write_text(text)
                 blob = g.hash_object("-w", str(staged))
@@ -248,6 +279,17 @@ class HarnessRepo:
         if self.repo.head.is_detached or self.repo.active_branch.name != "main":
             self.repo.git.checkout("main")
         self.repo.git.reset("--hard", "main")
+
+    def revert(self, merge_sha: str, subject: str, body: str, trailers: dict[str, str]) -> str:
+        """Undo a promotion by a new commit on ``main`` (never by rewriting history); idempotent. Returns main."""
+        self.recover()
+        for commit in self.repo.iter_commits("main", max_count=50):
+            if parse_trailers(commit.message).get("Reverts") == merge_sha:
+                return self.sha("main")
+        self.repo.git.revert("-m", "1", "--no-edit", "--no-commit", merge_sha)
+        self.repo.git.commit("-m", format_message(subject, body, {**trailers, "Reverts": merge_sha}),
+                             author=f"{BOT.name} <{BOT.email}>")
+        return self.sha("main")
 
     def promote(self, branch: str, subject: str, body: str, trailers: dict[str, str]) -> str:
         """Merge ``branch`` into ``main`` with ``--no-ff`` (idempotent); return the new ``main`` sha."""

@@ -169,3 +169,40 @@ def alignment(rollouts: list[dict]) -> dict[str, float]:
         "reward_verified_corr": correlation(rewards, [float(v) for v in verified]),
         "ordering_violations": ordering_violations(rollouts),
     }
+
+
+def paired_gain(pairs: list[tuple[dict[str, float], dict[str, float]]], resamples: int = 2000, seed: int = 0
+                ) -> dict[str, float]:
+    """The mean gain of B over A on the same items, paired per item and per replicate, with a 95% interval.
+
+    ``pairs`` holds one (A items, B items) per replicate (e.g. per seed of an A/B trial), each a dict item id ->
+    score. The interval is a two-level bootstrap: replicates are resampled, then items, so it carries both the
+    item-sampling noise and the run-to-run noise of training. Raises ValueError when A and B scored other items.
+    """
+    if not pairs:
+        raise ValueError("paired_gain needs at least one (A, B) pair")
+    diffs = []
+    for a, b in pairs:
+        if set(a) != set(b) or not a:
+            raise ValueError(f"paired comparison needs the same items on both sides ({len(set(a) ^ set(b))} differ)")
+        diffs.append([b[k] - a[k] for k in sorted(a)])
+    n = len(diffs[0])
+    rng = random.Random(seed)
+    means = []
+    for _ in range(resamples):
+        reps = [diffs[rng.randrange(len(diffs))] for _ in diffs]
+        idx = [rng.randrange(n) for _ in range(n)]
+        means.append(sum(d[i] for d in reps for i in idx) / (n * len(reps)))
+    lo, hi = interval(means)
+    return {"diff": sum(map(sum, diffs)) / (n * len(diffs)), "low": lo, "high": hi, "n": n}
+
+
+def accuracy_change(before, after) -> dict[str, float | bool]:
+    """How held-out accuracy moved between two EvalResults: paired per item when both scored the same items (the
+    usual case: the split is frozen), else unpaired (normal approximation). ``{"diff", "low", "high", "paired"}``."""
+    if before.items and set(before.items) == set(after.items):
+        return {**paired_gain([(before.items, after.items)]), "paired": True}
+    diff = after.accuracy - before.accuracy
+    se = math.sqrt(before.accuracy * (1 - before.accuracy) / max(before.n, 1)
+                   + after.accuracy * (1 - after.accuracy) / max(after.n, 1))
+    return {"diff": diff, "low": diff - 1.96 * se, "high": diff + 1.96 * se, "n": after.n, "paired": False}

@@ -2,7 +2,8 @@
 
 The completions of a phase are fixed (the policy generated them); what a harness decides about them is replayed
 in the sandbox: reward components and totals, GRPO advantages per generated batch, which rollouts the filters
-keep, which truncated ones are masked, the curriculum's level mix, and the diagnostics registry. Totals,
+keep (and dynamic sampling's capacity), the advantages the kept ones train with, which truncated ones are masked,
+the curriculum's level mix, and the diagnostics registry. Totals,
 advantages and the "did it train" rule are ``evotrainer.scoring``'s, the same functions training calls, so a
 replay of the harness a phase trained on reproduces that phase's log (``tests/test_scoring.py``).
 
@@ -19,41 +20,53 @@ from typing import Callable
 from evotrainer.harness import read_knobs
 from evotrainer.metrics import alignment
 from evotrainer.rollouts import groups_of, group_stats, harness_view, level_history
-from evotrainer.scoring import batch_advantages, masked, total_reward, trains
+from evotrainer.scoring import batch_advantages, capacity_cut, masked, total_reward, trains
 from sandbox import HarnessWorker
 
 
-def _advantages(rows: list[dict], scale: str) -> None:
-    """Fill ``advantage`` batch by batch (a batch = one training step of one phase), group by group, as TRL does."""
+def _batches(rows: list[dict]) -> list[list[list[dict]]]:
+    """Rows as generated batches (one training step of one phase), each a list of groups in generation order."""
     batches: dict[tuple, list[list[dict]]] = defaultdict(list)
     for group in groups_of(rows).values():
         batches[(group[0]["phase"], group[0]["step"])].append(sorted(group, key=lambda r: r["sample_idx"]))
     for (phase, step), groups in batches.items():
-        sizes = {len(g) for g in groups}
-        if len(sizes) != 1:
-            raise ValueError(f"phase {phase} step {step}: groups of unequal sizes {sorted(sizes)} cannot be replayed")
-        flat = [r for g in groups for r in g]
-        for r, a in zip(flat, batch_advantages([r["reward"] for r in flat], sizes.pop(), scale)):
-            r["advantage"] = a
+        if len({len(g) for g in groups}) != 1:
+            raise ValueError(f"phase {phase} step {step}: groups of unequal sizes cannot be replayed")
+    return list(batches.values())
+
+
+def _set_advantages(groups: list[list[dict]], scale: str, kept: list[bool] | None = None) -> None:
+    flat = [r for g in groups for r in g]
+    for r, a in zip(flat, batch_advantages([r["reward"] for r in flat], len(groups[0]), scale, kept)):
+        r["advantage"] = a
 
 
 def replay(worker: HarnessWorker, harness_dir: Path, rollouts: list[dict], tasks: dict[str, dict]) -> dict:
-    """Replay one harness on fixed rollouts: rows (with reward, kept, trained, advantage), level mix, registry."""
+    """Replay one harness on fixed rollouts: rows (with reward, kept, trained, advantage), level mix, registry.
+
+    In training's order: rewards, advantages of the whole batch (what filters see), the filters' decisions,
+    dynamic sampling's capacity, then the advantages the kept rollouts train with, recomputed among them.
+    """
     knobs = read_knobs(harness_dir)
     samples = [{"prompt": r["prompt"], "completion": r["completion"], "task": tasks[r["task_id"]],
                 "truncated": r["truncated"], "completion_tokens": r["completion_tokens"]} for r in rollouts]
     components = worker.score(samples)
     rows = [{**r, "reward": total_reward(comps, knobs), "reward_components": comps}
             for r, comps in zip(rollouts, components)]
-    _advantages(rows, knobs.scale_rewards)
-    groups = groups_of(rows)
-    order = list(groups)
-    views = [[harness_view(r, tasks[r["task_id"]]) for r in groups[g]] for g in order]
-    flags = worker.filter(views)
-    for gid, gflags in zip(order, flags):
-        for r, keep in zip(groups[gid], gflags):
-            r["kept"] = bool(keep)
-            r["trained"] = trains(r["kept"], masked(r["truncated"], knobs))
+    batches = _batches(rows)
+    for groups in batches:
+        _set_advantages(groups, knobs.scale_rewards)
+    all_groups = [g for groups in batches for g in groups]
+    flags = worker.filter([[harness_view(r, tasks[r["task_id"]]) for r in g] for g in all_groups])
+    decided = iter(flags)
+    for groups in batches:
+        gflags = [[bool(k) for k in next(decided)] for _ in groups]
+        room = capacity_cut([any(f) for f in gflags], knobs.oversample)
+        kept = [k and fits for f, fits in zip(gflags, room) for k in f]
+        _set_advantages(groups, knobs.scale_rewards, kept)
+        for r, keep in zip((r for g in groups for r in g), kept):
+            r["kept"] = keep
+            r["trained"] = trains(keep, masked(r["truncated"], knobs))
             if not r["trained"]:
                 r["advantage"] = 0.0
     levels = sorted({r["difficulty"] for r in rows})

@@ -35,6 +35,22 @@ class RunDirError(ValueError):
     pass
 
 
+def apply_mix(tasks: list[dict], mix: dict[str, float] | None) -> list[dict]:
+    """``tasks`` with each difficulty level's share set to ``mix`` (relative weights; a level weighted 0 or not named
+    is left out), keeping as many tasks as the mix allows; None keeps them all."""
+    if not mix:
+        return tasks
+    by_level: dict[str, list[dict]] = {}
+    for t in tasks:
+        by_level.setdefault(t["difficulty"], []).append(t)
+    weights = {lv: w for lv, w in mix.items() if w > 0 and lv in by_level}
+    if not weights:
+        raise ConfigError(f"tasks.mix: {mix} leaves no level of {sorted(by_level)}")
+    total = sum(weights.values())
+    scale = min(len(by_level[lv]) / (w / total) for lv, w in weights.items())  # the most tasks the mix allows
+    return [t for lv, w in weights.items() for t in by_level[lv][: int(scale * w / total)]]
+
+
 class RunDir:
     def __init__(self, root: Path | str):
         self.root = Path(root).resolve()
@@ -108,12 +124,14 @@ class RunDir:
         log(f"generating {cfg.domain} tasks (training pool {cfg.training.train_pool_size}, "
             f"held-out {cfg.training.eval_size})")
         train, held_out = domain.generate(cfg.seed, cfg.training.train_pool_size, cfg.training.eval_size)
+        train, held_out = apply_mix(train, cfg.tasks.mix), apply_mix(held_out, cfg.tasks.mix)
         write_jsonl(stage.train_tasks_path, train)
         write_jsonl(stage.eval_split, held_out)
         (stage.evaluator / "verifier.json").write_text(json.dumps(
             {"domain": cfg.domain, "prompt": "canonical", "max_new_tokens": cfg.training.eval_max_new_tokens,
-             "decoding": "greedy", "n": len(held_out)}, indent=1))
-        HarnessRepo.create(stage.harness, cfg.domain)
+             "decoding": f"sampled pass@1, k={cfg.training.eval_samples}" if cfg.training.eval_samples else "greedy",
+             "n": len(held_out)}, indent=1))
+        HarnessRepo.create(stage.harness, cfg.domain, cfg.harness)
         os.rename(stage.root, self.root)  # also over an empty folder the user made
         self.events.emit("init", run=cfg.name, domain=cfg.domain, train_tasks=len(train), eval_tasks=len(held_out))
         self.set_status("initialized", phase=0)
@@ -123,6 +141,14 @@ class RunDir:
 
     def eval_tasks(self) -> list[dict]:
         return read_jsonl(self.eval_split)
+
+    def probe_tasks(self, n: int) -> list[dict]:
+        """The probe split of A/B trials: ``n`` tasks of the training pool, the same every time (never held-out
+        tasks: the held-out split only ever scores phases)."""
+        import random
+
+        pool = self.train_tasks()
+        return random.Random(f"probe-{len(pool)}").sample(pool, min(n, len(pool)))
 
     def ensure_policy(self, log=print, progress=None) -> str:
         from evotrainer.policy import ensure_base_policy

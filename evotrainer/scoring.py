@@ -4,9 +4,15 @@ The trainer (``trainer/hooks.py``) and the backtest's replay (``backtest.py``) m
 produces, or the judge judges a different harness from the one that trains. So both call these functions:
 
     total_reward(components, knobs)        the weighted, scaled sum of reward components (what GRPO sees)
-    batch_advantages(rewards, group, scale) GRPO advantages of one generated batch, computed as TRL 1.16 does:
+    batch_advantages(rewards, group, scale, kept)
+                                           GRPO advantages of one generated batch, computed as TRL 1.16 does:
                                            float32, reward minus the group mean, divided by the group's (or the
-                                           batch's) standard deviation + 1e-4 unless scale is "none"
+                                           batch's) standard deviation + 1e-4 unless scale is "none". With
+                                           ``kept``, over the kept rollouts only: a filter that drops part of a
+                                           group recomputes that group's advantages (a lone survivor gets 0)
+    capacity_cut(group_kept, oversample)   dynamic sampling: of a batch generated with ``oversample`` x the
+                                           step's prompts, the first groups the filters kept train, up to the
+                                           step's prompt count
     masked(truncated, knobs)               TRL masks a truncated completion out of the loss (mask knob on)
     trains(kept, masked)                   a rollout trains when the filters keep it and it is not masked
     trained(row)                           the same rule on a logged rollout row
@@ -17,6 +23,7 @@ advantages and kept flags exactly. Run ``python -m evotrainer.scoring`` to print
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 from evotrainer.harness import Knobs
@@ -38,11 +45,14 @@ def _nanstd(t, dim=None):
     return torch.sqrt(variance).squeeze() if dim is None else torch.sqrt(variance).squeeze(dim)
 
 
-def batch_advantages(rewards: Sequence[float], group_size: int, scale: str) -> list[float]:
-    """GRPO advantages of one generated batch whose rows come group by group (``group_size`` each), as TRL does."""
+def batch_advantages(rewards: Sequence[float], group_size: int, scale: str,
+                     kept: Sequence[bool] | None = None) -> list[float]:
+    """GRPO advantages of one generated batch whose rows come group by group (``group_size`` each), as TRL does;
+    with ``kept``, computed over the kept rows alone (the others get 0)."""
     import torch
 
-    r = torch.tensor(list(rewards), dtype=torch.float32)
+    values = list(rewards) if kept is None else [r if k else math.nan for r, k in zip(rewards, kept)]
+    r = torch.tensor(values, dtype=torch.float32)
     if r.numel() % group_size:
         raise ValueError(f"a batch of {r.numel()} rollouts is not whole groups of {group_size}")
     mean = torch.nanmean(r.view(-1, group_size), dim=1).repeat_interleave(group_size, dim=0)
@@ -56,6 +66,17 @@ def batch_advantages(rewards: Sequence[float], group_size: int, scale: str) -> l
     if scale != "none":
         adv = adv / (std + 1e-4)
     return torch.nan_to_num(adv, nan=0.0).tolist()
+
+
+def capacity_cut(group_kept: Sequence[bool], oversample: int) -> list[bool]:
+    """Which groups of a generated batch train under dynamic sampling: the kept ones, in generation order, up to
+    ``len(group_kept) // oversample`` (the step's prompt count). ``oversample`` 1 changes nothing."""
+    room = len(group_kept) // oversample
+    out = []
+    for keep in group_kept:
+        out.append(bool(keep) and room > 0)
+        room -= out[-1]
+    return out
 
 
 def masked(truncated: bool, knobs: Knobs) -> bool:

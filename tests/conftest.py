@@ -24,7 +24,7 @@ EVOTRAINER = [sys.executable, "-m", "evotrainer.cli"]
 FAST = [
     "policy.tiny.warmup_steps=60", "policy.tiny.warmup_target_accuracy=1.0",
     "training.steps_per_phase=6", "training.prompts_per_step=4", "training.eval_size=40",
-    "training.train_pool_size=400", "backtest.pilot_steps=2",
+    "training.train_pool_size=400", "backtest.trial_steps=2", "backtest.trial_seeds=1", "backtest.probe_size=40",
 ]
 
 

@@ -57,17 +57,40 @@ def _judge(repo: HarnessRepo, cand: Candidate, rows: list[dict]):
                         sandbox=SANDBOX, hide=[])
 
 
-def test_group_filter_that_drops_dead_groups_passes(repo, rows):
+def test_a_filter_that_only_drops_zero_advantage_groups_is_rejected_as_no_effect(repo, rows):
+    """Negative control: dropping all-equal groups moves kept_dead_ratio 0.8 -> 0 by construction, but every rollout
+    that trains keeps its advantage, so the update is unchanged (up to the loss's scale): "no effect"."""
     edits = find("math", "drop_zero_variance_groups").edit({"filters.py": repo.show_file("main", "filters.py")},
-                                                         read_knobs(repo.path), {})
+                                                           read_knobs(repo.path), {})
     cand = _commit(repo, edits, "filters.keep_group", "kept_dead_ratio", "down", "drop_zero_variance_groups")
     report = _judge(repo, cand, rows)
-    assert report.verdict == "promote", report.reasons
+    assert report.verdict == "reject" and report.reasons[0].startswith("effect: no effect"), report.reasons
     target = next(c for c in report.checks if c.name == "target:kept_dead_ratio")
-    assert target.base == pytest.approx(32 / 40) and target.candidate == 0.0
-    dropped = next(c for c in report.checks if c.name == "verified_dropped")
-    assert dropped.passed  # only zero-advantage groups are dropped: no correct rollout loses its signal
+    assert (target.base, target.candidate) == (pytest.approx(32 / 40), 0.0) and "informational" in target.detail
     assert report.sandbox in ("unshare", "bwrap", "docker", "process")
+
+
+def test_without_trials_the_target_on_replay_decides(repo, rows):
+    edits = find("math", "drop_zero_variance_groups").edit({"filters.py": repo.show_file("main", "filters.py")},
+                                                           read_knobs(repo.path), {})
+    cand = _commit(repo, edits, "filters.keep_group", "kept_dead_ratio", "down", "drop_zero_variance_groups")
+    report = run_backtest(repo, cand, rows, tasks_for(rows), main_sha=repo.sha("main"), sandbox=SANDBOX, hide=[],
+                          settings=SETTINGS.model_copy(update={"trial_steps": 0}))
+    target = next(c for c in report.checks if c.name == "target:kept_dead_ratio")
+    assert target.passed and "informational" not in target.detail  # it moved; the no-effect check still rejects
+    assert [r.split(":")[0] for r in report.reasons] == ["effect"]
+
+
+def test_a_reward_that_splits_dead_groups_passes_the_safety_checks(repo, rows):
+    """Partial credit gives all-wrong groups reward spread: it changes the update, keeps the ordering against
+    verified, and goes on to the A/B trial (run by the loop's Bench)."""
+    edit = find("math", "partial_credit_reward").edit(
+        {n: repo.show_file("main", n) for n in ("rewards.py", "harness.yaml")}, read_knobs(repo.path), {})
+    cand = _commit(repo, edit, "rewards.closeness", "dead_group_ratio", "down", "partial_credit_reward")
+    report = _judge(repo, cand, rows)
+    assert report.verdict == "promote", report.reasons
+    effect = next(c for c in report.checks if c.name == "effect")
+    assert effect.passed and effect.candidate > 0
 
 
 def test_reward_edit_that_crashes_is_rejected_with_its_reason(repo, rows):
@@ -103,14 +126,13 @@ def test_edit_that_hangs_is_stopped_and_rejected(repo, rows):
 
 
 def test_reward_hack_is_caught_by_ordering_against_verified(repo, rows):
-    # a "looser" correctness reward that accepts any integer: wrong answers now score like right ones
+    # a "looser" correctness reward that also pays an answer of 7: main's own tests (which a candidate cannot
+    # weaken) do not notice, but a wrong answer now scores like a right one
     src = repo.show_file("main", "rewards.py").replace(
         'return 1.0 if _answer(sample["completion"]) == sample["task"]["answer"] else 0.0',
-        'return 1.0 if _answer(sample["completion"]).lstrip("-").isdigit() else 0.0')
-    tests = repo.show_file("main", "tests/test_harness.py").replace(
-        'assert _score("8")["correct"] == 0.0', 'pass')  # the hack also "fixes" the test that would catch it
-    cand = _commit(repo, {"rewards.py": src, "tests/test_harness.py": tests}, "rewards.correct",
-                   "dead_group_ratio", "down")
+        'text = _answer(sample["completion"])\n'
+        '    return 1.0 if text in (sample["task"]["answer"], "7") else 0.0')
+    cand = _commit(repo, {"rewards.py": src}, "rewards.correct", "dead_group_ratio", "down")
     report = _judge(repo, cand, rows)
     assert report.verdict == "reject"
     assert any(r.startswith("ordering_violations") for r in report.reasons), report.reasons

@@ -100,7 +100,7 @@ def test_two_phase_run_through_the_real_trainer_service(tmp_path: Path, cli_env)
     assert json.loads(cli(["status", str(run_dir), "--json"], cli_env).stdout)["state"] == "initialized"
     proc = cli(["run", str(run_dir)], cli_env)
     out = " ".join(proc.stdout.split())
-    assert "starting policy: held-out accuracy" in out and "vs start)" in out
+    assert "starting policy: held-out accuracy" in out and "vs start, 95% CI" in out
     assert "phase 1 held-out accuracy" in out and "phase 2 held-out accuracy" in out
     assert "candidate harness edits" in out or "diagnoses: none" in out
     check_finished_run(run_dir, 2, cli_env)

@@ -111,3 +111,19 @@ def test_broken_knobs_give_a_readable_error(repo: HarnessRepo, tmp_path: Path):
     (dest / "harness.yaml").write_text((dest / "harness.yaml").read_text().replace("group_size: 8", "group_size: 1"))
     with pytest.raises(KnobsError, match="group_size"):
         read_knobs(dest)
+
+
+def test_a_promotion_is_rolled_back_by_a_new_commit(tmp_path):
+    """A promoted edit whose realized effect was a loss is undone on main without rewriting history."""
+    from evotrainer.harness import HarnessRepo, parse_trailers
+
+    repo = HarnessRepo.create(tmp_path / "h", "math")
+    before = repo.sha("main")
+    text = repo.show_file("main", "harness.yaml").replace("temperature: 1.0 ", "temperature: 1.3 ")
+    repo.commit_candidate("candidates/phase-1-1", before, {"harness.yaml": text}, "temperature", "b", {})
+    merge = repo.promote("candidates/phase-1-1", "Promote", "body", {"Variable": "harness.yaml:temperature"})
+    reverted = repo.revert(merge, "Roll back candidates/phase-1-1", "lost 5 points", {"Reason": "loss"})
+    assert repo.repo.commit(reverted).tree == repo.repo.commit(before).tree  # the edit is gone from main
+    assert repo.repo.is_ancestor(merge, reverted)  # history kept: the merge is still there
+    assert parse_trailers(repo.message(reverted))["Reverts"] == merge
+    assert repo.revert(merge, "again", "", {}) == reverted  # idempotent after a kill

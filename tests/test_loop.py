@@ -126,8 +126,17 @@ def _phase_rows(phase: int, kept_dead: bool) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("acc_after, won", [(0.52, True), (0.30, False)])
-def test_realized_effect_needs_the_promised_move_without_an_accuracy_loss(tmp_path, acc_after, won):
+def _eval(correct: set[int], n: int = 300) -> EvalResult:
+    items = {f"eval-{i}": float(i in correct) for i in range(n)}
+    return EvalResult(accuracy=len(correct) / n, n=n, items=items)
+
+
+@pytest.mark.parametrize("with_edit, without, won, lost", [
+    (set(range(150)), set(range(110)), True, False),   # 40 tasks more right, none lost: a win
+    (set(range(110)), set(range(150)), False, True),   # 40 fewer: a loss beyond the margin, rolled back
+    (set(range(0, 300, 2)), set(range(1, 300, 2)), False, False),  # as many gained as lost: no measurable effect
+])
+def test_realized_effect_is_paired_against_the_counterfactual(tmp_path, with_edit, without, won, lost):
     from evotrainer.contracts import Rollout
     from evotrainer.loop.evidence import EvidenceCache
     from evotrainer.loop.librarian import realized_effect
@@ -137,12 +146,15 @@ def test_realized_effect_needs_the_promised_move_without_an_accuracy_loss(tmp_pa
     rd = RunDir(tmp_path)
     write_rollouts([Rollout(**r) for r in _phase_rows(1, kept_dead=True)], rd.rollout_file(1))
     write_rollouts([Rollout(**r) for r in _phase_rows(2, kept_dead=False)], rd.rollout_file(2))
-    results = [PhaseResult(phase=p, harness_sha="a" * 40, steps=3, eval=EvalResult(accuracy=acc, n=300),
-                           rollout_path="", checkpoint_path="", wall_time_s=1.0, tokens=5)
-               for p, acc in ((1, 0.50), (2, acc_after))]
+    results = [PhaseResult(phase=p, harness_sha="a" * 40, steps=3, eval=ev, rollout_path="", checkpoint_path="",
+                           wall_time_s=1.0, tokens=5) for p, ev in ((1, _eval(set(range(120)))), (2, _eval(with_edit)))]
     promo = Promotion(phase=1, branch="c1", sha="b" * 40, main_sha="c" * 40, candidate=_cand("c1", ["filters.py"]))
-    effect = realized_effect(EvidenceCache(rd, repo=None, cfg=None), promo, results)
+    cache = EvidenceCache(rd, repo=None, cfg=None)
+    effect = realized_effect(cache, promo, results, without=_eval(without))
     assert (effect["before"], effect["after"]) == (pytest.approx(0.5), 0.0)  # kept_dead_ratio, as promised
-    assert effect["won"] is won and effect["measured_in_phase"] == 2
-    assert effect["accuracy_margin"] == pytest.approx(1.96 * ((0.5 * 0.5 + acc_after * (1 - acc_after)) / 300) ** 0.5)
-    assert ("no win" in effect["summary"]) is (not won)
+    assert (effect["won"], effect["lost"], effect["counterfactual"]) == (won, lost, True)
+    assert effect["gain"] == pytest.approx((len(with_edit) - len(without)) / 300)
+    assert effect["low"] <= effect["gain"] <= effect["high"] and effect["measured_in_phase"] == 2
+    # without a counterfactual, two consecutive phases are compared unpaired: never called a loss
+    fallback = realized_effect(cache, promo, results)
+    assert fallback["counterfactual"] is False and fallback["lost"] is False and "unpaired" in fallback["summary"]

@@ -47,14 +47,29 @@ def _request(rd: RunDir, phase: int, sha: str):
                         eval_max_new_tokens=8, sandbox=SandboxConfig(backend="process"))
 
 
-def _with_group_filter(run_dir: RunDir, name: str, keep: str) -> str:
-    """A candidate commit whose filters.keep_group returns ``keep``; its sha."""
+# a dense reward (a length term beside correctness): the short-trained test policy rarely answers right, and an
+# all-wrong batch has no advantage at all, so these tests give every group reward spread to make gradients flow
+_DENSE = '''
+def correct(sample):
+    return 1.0 if sample["completion"].split("\\n", 1)[0].strip() == sample["task"]["answer"] else 0.0
+
+
+def short(sample):
+    return -0.1 * sample["completion_tokens"]
+
+
+COMPONENTS = {"correct": correct, "short": short}
+'''
+
+
+def _with_group_filter(run_dir: RunDir, name: str, keep: str = "True") -> str:
+    """A candidate commit with a dense reward whose filters.keep_group returns ``keep``; its sha."""
     repo = HarnessRepo(run_dir.harness)
     src = repo.show_file("main", "filters.py").replace(
         "def keep_group(group: list[dict]) -> bool:\n    return True",
         f"def keep_group(group: list[dict]) -> bool:\n    return {keep}")
     assert f"return {keep}" in src
-    return repo.commit_candidate(f"candidates/test-{name}", repo.sha("main"), {"filters.py": src},
+    return repo.commit_candidate(f"candidates/test-{name}", repo.sha("main"), {"filters.py": src, "rewards.py": _DENSE},
                                  f"filters.keep_group: return {keep}", "test", {})
 
 
@@ -73,7 +88,7 @@ def test_group_filter_decides_what_trains(run_dir: RunDir):
     after = _weights(dropped.checkpoint_path)
     assert all(torch.equal(base[k], after[k]) for k in base), "a filtered-out batch still changed the weights"
 
-    kept = run_phase(_request(run_dir, 2, repo.sha("main")))
+    kept = run_phase(_request(run_dir, 2, _with_group_filter(run_dir, "keep-all")))
     rows = read_rollouts(Path(kept.rollout_path))
     assert all(r["kept"] for r in rows) and kept.skipped_batches == 0
 
@@ -152,7 +167,8 @@ def test_a_step_whose_rollouts_are_all_filtered_out_leaves_the_weights_alone(run
     three = run_phase(_request(run_dir, 9, first_only))
     assert three.skipped_batches == 2
     after_three = _weights(three.checkpoint_path)
-    one = run_phase(_request(run_dir, 9, repo.sha("main")).model_copy(update={"steps": 1}))
+    one = run_phase(_request(run_dir, 9, _with_group_filter(run_dir, "keep-all-dense")).model_copy(
+        update={"steps": 1}))
     after_one = _weights(one.checkpoint_path)
     base = _weights(str(run_dir.root / "policy" / "base"))
     assert any(not torch.equal(base[k], after_one[k]) for k in base), "step 1 did not train"
@@ -160,7 +176,8 @@ def test_a_step_whose_rollouts_are_all_filtered_out_leaves_the_weights_alone(run
 
 
 # a harness that exercises every part of the scoring contract: two weighted components and a reward scale, batch
-# scaling, truncation masking, and filters that drop single rollouts and whole groups
+# scaling, truncation masking, filters that drop single rollouts (the group's advantages are recomputed) and whole
+# groups, and dynamic sampling (twice the prompts generated, the first kept groups up to the step's count train)
 _SCORING_REWARDS = '''
 def correct(sample):
     return 1.0 if sample["completion"].split("\\n", 1)[0].strip() == sample["task"]["answer"] else 0.0
@@ -182,7 +199,7 @@ def keep_group(group):
 '''
 
 
-@pytest.mark.parametrize("scale", ["group", "batch"])
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
 def test_replay_reproduces_what_training_logged(run_dir: RunDir, scale: str):
     """One scoring contract: main replayed on a trained phase's rollouts gives the logged rewards, advantages and
     kept flags exactly, so the backtest judges the harness that trains."""
@@ -192,16 +209,17 @@ def test_replay_reproduces_what_training_logged(run_dir: RunDir, scale: str):
 
     repo = HarnessRepo(run_dir.harness)
     knobs = repo.show_file("main", "harness.yaml")
-    for old, new in (("scale_rewards: group", f"scale_rewards: {scale}"), ("reward_scale: 1.0", "reward_scale: 2.5"),
+    for old, new in (("scale_rewards: group", f"scale_rewards: {scale}"),
+                     ("reward_scale: 1.0", "reward_scale: 2.5" if scale == "none" else "reward_scale: 1.0"),
                      ("mask_truncated_completions: false", "mask_truncated_completions: true"),
-                     ("max_completion_length: 8", "max_completion_length: 3"),
+                     ("max_completion_length: 8", "max_completion_length: 3"), ("oversample: 1 ", "oversample: 2 "),
                      ("  correct: 1.0", "  correct: 1.0\n  shorter: 0.7")):
         assert old in knobs
         knobs = knobs.replace(old, new)
     sha = repo.commit_candidate(f"candidates/test-scoring-{scale}", repo.sha("main"),
                                 {"harness.yaml": knobs, "rewards.py": _SCORING_REWARDS,
                                  "filters.py": _SCORING_FILTERS}, "scoring contract", "test", {})
-    result = run_phase(_request(run_dir, 20 + (scale == "batch"), sha))
+    result = run_phase(_request(run_dir, 20 + ["group", "batch", "none"].index(scale), sha))
     logged = read_rollouts(Path(result.rollout_path))
     tasks = {t["id"]: t for t in run_dir.train_tasks()}
     with repo.worktree(sha) as harness, HarnessWorker(harness, backend="process") as worker:
@@ -213,6 +231,13 @@ def test_replay_reproduces_what_training_logged(run_dir: RunDir, scale: str):
     # the harness made every kind of decision, so the equalities above are not vacuous
     assert {r["kept"] for r in logged} == {True, False} and any(r["truncated"] and r["kept"] for r in logged)
     assert any(r["advantage"] > 0 for r in logged) and len({r["reward"] for r in logged}) > 2
+    groups = {}
+    for r in logged:
+        groups.setdefault((r["step"], r["group_id"]), []).append(r["kept"])
+    per_step = {}
+    for (step, _), kept in groups.items():
+        per_step.setdefault(step, []).append(any(kept))
+    assert all(len(v) == 8 and sum(v) <= 4 for v in per_step.values())  # 2 x 4 prompts generated, <= 4 train
 
 
 def test_a_pilot_sees_the_same_tasks_as_main_and_publishes_nothing(run_dir: RunDir):
@@ -223,7 +248,7 @@ def test_a_pilot_sees_the_same_tasks_as_main_and_publishes_nothing(run_dir: RunD
     knobs = repo.show_file("main", "harness.yaml").replace("temperature: 1.0 ", "temperature: 1.6 ")
     hot = repo.commit_candidate("candidates/test-pilot", repo.sha("main"), {"harness.yaml": knobs},
                                 "harness.yaml: temperature", "test", {})
-    request = _request(run_dir, 30, repo.sha("main")).model_copy(update={"steps": 2, "pilot": True})
+    request = _request(run_dir, 30, repo.sha("main")).model_copy(update={"steps": 2, "pilot": True, "probe_size": 40})
     main = run_pilot(request)
     cand = run_pilot(request.model_copy(update={"harness_sha": hot}))
     main_rows, cand_rows = read_rollouts(Path(main.rollout_path)), read_rollouts(Path(cand.rollout_path))
@@ -231,3 +256,6 @@ def test_a_pilot_sees_the_same_tasks_as_main_and_publishes_nothing(run_dir: RunD
     assert {r["harness_sha"] for r in cand_rows} == {hot} and main.stats["groups"] == 8
     assert [r["completion"] for r in main_rows] != [r["completion"] for r in cand_rows]  # the knob acted
     assert not run_dir.checkpoint(30).exists() and not run_dir.rollout_file(30).exists()
+    # both arms are scored on the same probe tasks, from the training pool, never the held-out split
+    assert main.probe.n == cand.probe.n == 40 and set(main.probe.items) == set(cand.probe.items)
+    assert all(t.startswith("train-") for t in main.probe.items)

@@ -15,7 +15,8 @@ def step(rt: Runtime, state: RunState) -> dict:
     ev = phase_evidence(rt, state)
     rounds_left = rt.cfg.evolution.max_evidence_rounds - state.evidence_round
     result = rt.agents.critic.critique(list(state.diagnoses), ev, rounds_left)
-    rt.emit("node_end", node="critique", phase=state.phase, agent="critic", model=rt.cfg.agents.critic.model,
+    rt.emit("node_end", node="critique", phase=state.phase, agent="critic",
+            model=rt.cfg.agents.role("critic").model,
             needs_more_evidence=result.needs_more_evidence,
             verdicts={d.id: [d.status, d.critique] for d in result.diagnoses})
     update: dict = {"diagnoses": result.diagnoses}

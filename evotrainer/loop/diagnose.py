@@ -37,7 +37,8 @@ def phase_evidence(rt: Runtime, state: RunState) -> PhaseEvidence:
     last = {"branch": promos[-1].branch, "intervention": promos[-1].candidate.intervention} if promos else None
     return PhaseEvidence(phase=state.phase, results=list(state.results), rollouts=rt.evidence.rows(in_view),
                          phases_in_view=in_view, registry=reg, knobs=rt.evidence.knobs(main),
-                         domain=get_domain(rt.cfg.domain), last_promotion=last, baseline=rt.baseline)
+                         domain=get_domain(rt.cfg.domain), last_promotion=last, baseline=rt.baseline,
+                         run_dir=rt.rd.root)
 
 
 def step(rt: Runtime, state: RunState) -> dict:
@@ -46,5 +47,5 @@ def step(rt: Runtime, state: RunState) -> dict:
     diagnoses = rt.agents.diagnostician.diagnose(ev)
     rt.emit("node_end", node="diagnose", phase=state.phase, phases_in_view=ev.phases_in_view,
             diagnoses=[d.model_dump(mode="json") for d in diagnoses], agent="diagnostician",
-            model=rt.cfg.agents.diagnostician.model, seconds=round(time.time() - t0, 2))
+            model=rt.cfg.agents.role("diagnostician").model, seconds=round(time.time() - t0, 2))
     return {"diagnoses": diagnoses}

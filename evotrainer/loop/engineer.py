@@ -1,7 +1,8 @@
 """Step 4: the Engineer turns confirmed diagnoses into candidate commits, one variable each.
 
 It gets the skills the Librarian retrieves for each confirmed diagnosis, main's knobs, the level statistics of
-the phase, what was already tried this phase and why earlier rounds' candidates were rejected. Router ``route``:
+the phase, what was already tried this phase and why earlier rounds' candidates were rejected, a person's feedback
+from the gate (``gate.py``), and, when the run is stalled, the escalation (``escalation.py``). Router ``route``:
 to the backtest when it made candidates, else to promote (which then has nothing new to merge).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import time
 
 from agents import EngineerContext
+from evotrainer.loop import escalation
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.rollouts import level_history
@@ -25,18 +27,22 @@ def step(rt: Runtime, state: RunState) -> dict:
     ctx = EngineerContext(
         phase=state.phase, round=state.engineer_round + 1, repo=rt.repo, base_sha=base,
         knobs=rt.evidence.knobs(base), domain=rt.cfg.domain, tried=state.tried(), rejections=rejections,
-        pilot=rt.cfg.backtest.pilot_steps > 0, level_stats=level_history(rt.evidence.rollouts(state.phase)),
+        pilot=rt.cfg.backtest.trial_steps > 0, level_stats=level_history(rt.evidence.rollouts(state.phase)),
+        feedback=state.feedback, promotions=list(state.promotions),
     )
+    ctx.escalation, ctx.avoid_layers = escalation.instruct(rt, state)  # stalled: change layer or subtract
     t0 = time.time()
     candidates = rt.agents.engineer.propose(list(state.diagnoses), ctx, skills)
     for c in candidates:
         rt.emit("candidate", phase=state.phase, **c.model_dump(mode="json"))
-    rt.emit("node_end", node="engineer", phase=state.phase, agent="engineer", model=rt.cfg.agents.engineer.model,
+    rt.emit("node_end", node="engineer", phase=state.phase, agent="engineer",
+            model=rt.cfg.agents.role("engineer").model,
             round=ctx.round, candidates=[c.branch for c in candidates],
             skills_retrieved={k: [x.id for x in v] for k, v in skills.items()}, seconds=round(time.time() - t0, 2))
     made = {c.branch for c in candidates}
     return {"candidates": [c for c in state.candidates if c.branch not in made] + candidates,
-            "round_branches": [c.branch for c in candidates], "engineer_round": state.engineer_round + 1}
+            "round_branches": [c.branch for c in candidates], "engineer_round": state.engineer_round + 1,
+            "feedback": ""}
 
 
 def route(state: RunState) -> str:

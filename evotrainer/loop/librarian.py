@@ -1,7 +1,10 @@
 """Step 7: the Librarian records outcomes as skills and measures the realized effect of last phase's promotion.
 
 Every backtest verdict of the phase becomes skill evidence; a promotion made after phase N-1 is judged on phase N,
-the first phase trained on it (:func:`realized_effect`, stored as the candidate's ``effect`` git note). Then the
+the first phase trained on it, against a counterfactual: the old main trained from the same checkpoint with the
+same seeds and tasks, both scored on the held-out split and compared per task (:func:`realized_effect`, stored
+as the candidate's ``effect`` git note). A skill wins only when held-out accuracy moved beyond that paired margin;
+an edit whose effect is a loss beyond it is rolled back by a new commit on main (:func:`rollback`). Then the
 phase summary is printed and logged. Router ``route``: stop when the phase budget (read from config each time, so
 ``evotrainer run --phases N`` holds on resume) is spent, else train the next phase.
 """
@@ -14,18 +17,46 @@ import time
 from langgraph.graph import END
 
 from evotrainer.console import summarize
-from evotrainer.contracts import PhaseResult, Promotion
+from evotrainer.contracts import EvalResult, PhaseResult, Promotion
+from evotrainer.loop import escalation
 from evotrainer.loop.evidence import EvidenceCache
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
-from evotrainer.metrics import wilson
+from evotrainer.metrics import paired_gain, wilson
 from evotrainer.replay import METRICS
+from evotrainer.report import write_quietly as write_report
 from evotrainer.rollouts import group_stats
 from evotrainer.scoring import trained
+from evotrainer.trainer.client import TrainerError
 
 
-def realized_effect(evidence: EvidenceCache, promo: Promotion, results: list[PhaseResult]) -> dict:
-    """How the promoted edit did in the phase it first trained: the targeted metric and held-out accuracy."""
+def counterfactual(rt: Runtime, promo: Promotion) -> EvalResult | None:
+    """The old main (the merge's first parent) trained exactly like the phase that first trained the edit (same
+    checkpoint, seeds and tasks), scored on the held-out split; None when turned off or when it fails."""
+    if not rt.cfg.evolution.counterfactual:
+        return None
+    phase = promo.phase + 1
+    old_main = rt.repo.repo.commit(promo.main_sha).parents[0].hexsha
+    req = rt.request(phase, old_main, rt.cfg.training.steps_per_phase, pilot=True)
+    try:
+        with rt.reporter.progress(f"phase {phase}: counterfactual (main before {promo.branch})",
+                                  rt.cfg.training.steps_per_phase) as bar:
+            return rt.trainer.run_pilot(req.model_copy(update={"held_out": True}), on_progress=bar,
+                                        timeout_s=rt.cfg.trainer.phase_timeout_s).probe
+    except TrainerError as err:
+        rt.emit("counterfactual_error", phase=phase, branch=promo.branch, error=str(err))
+        return None
+
+
+def realized_effect(evidence: EvidenceCache, promo: Promotion, results: list[PhaseResult],
+                    without: EvalResult | None = None) -> dict:
+    """How the promoted edit did in the phase it first trained: the targeted metric, and held-out accuracy.
+
+    With ``without`` (the counterfactual: old main trained from the same checkpoint with the same seeds), the
+    accuracy effect is the paired difference on the same held-out tasks; the edit ``won`` when its interval is above
+    zero and ``lost`` when below. Without it, the two consecutive phases are compared, unpaired, and nothing is
+    called lost.
+    """
     before_phase, after_phase = promo.phase, promo.phase + 1
     before = next(r for r in results if r.phase == before_phase)
     after = next(r for r in results if r.phase == after_phase)
@@ -37,18 +68,41 @@ def realized_effect(evidence: EvidenceCache, promo: Promotion, results: list[Pha
         return METRICS[metric](rows) if metric in METRICS else group_stats(rows).get(metric)
 
     m0, m1 = measured(before_phase), measured(after_phase)
-    a0, a1 = before.eval.accuracy, after.eval.accuracy
-    se = math.sqrt(a0 * (1 - a0) / max(before.eval.n, 1) + a1 * (1 - a1) / max(after.eval.n, 1))
     moved = None if m0 is None or m1 is None else (m1 - m0 if cand.direction == "up" else m0 - m1)
-    acc_ok = a1 - a0 > -1.96 * se
-    won = bool(moved is not None and moved > 0 and acc_ok)
+    target = (f"{metric} {m0:.3f} -> {m1:.3f} ({'as promised' if moved and moved > 0 else 'not as promised'})"
+              if moved is not None else f"{metric} not measurable")
+    a1 = after.eval.accuracy
+    if without is not None and without.items and set(without.items) == set(after.eval.items):
+        g = paired_gain([(without.items, after.eval.items)])
+        won, lost = g["low"] > 0, g["high"] < 0
+        verdict = "win" if won else ("loss: rolled back" if lost else "no measurable effect")
+        summary = (f"{target}; held-out accuracy {a1:.1%} with the edit vs {without.accuracy:.1%} without it (same "
+                   f"checkpoint and seeds): {g['diff']:+.1%} (95% CI {g['low']:+.1%} to {g['high']:+.1%}, paired on "
+                   f"{g['n']} tasks); {verdict}")
+        return {"metric": metric, "before": m0, "after": m1, "accuracy_before": before.eval.accuracy,
+                "accuracy_after": a1, "accuracy_without": without.accuracy, "gain": g["diff"], "low": g["low"],
+                "high": g["high"], "accuracy_margin": g["diff"] - g["low"], "won": won, "lost": lost,
+                "counterfactual": True, "summary": summary, "measured_in_phase": after_phase}
+    a0 = before.eval.accuracy
+    se = math.sqrt(a0 * (1 - a0) / max(before.eval.n, 1) + a1 * (1 - a1) / max(after.eval.n, 1))
+    won = bool(moved is not None and moved > 0 and a1 - a0 > 1.96 * se)
     lo, hi = wilson(a1 * after.eval.n, after.eval.n)
-    summary = (f"{metric} {m0:.3f} -> {m1:.3f} ({'as promised' if moved and moved > 0 else 'not as promised'}); "
-               f"accuracy {a0:.1%} -> {a1:.1%} (95% CI {lo:.1%}-{hi:.1%}); "
-               f"{'win' if won else 'no win'}{accuracy_note(won, a1 - a0, 1.96 * se)}"
-               ) if m0 is not None and m1 is not None else "metric not measurable"
+    summary = (f"{target}; accuracy {a0:.1%} -> {a1:.1%} (95% CI {lo:.1%}-{hi:.1%}; no counterfactual, so "
+               f"consecutive phases, unpaired); {'win' if won else 'no win'}{accuracy_note(moved is not None and moved > 0, a1 - a0, 1.96 * se)}")
     return {"metric": metric, "before": m0, "after": m1, "accuracy_before": a0, "accuracy_after": a1,
-            "accuracy_margin": 1.96 * se, "won": won, "summary": summary, "measured_in_phase": after_phase}
+            "accuracy_margin": 1.96 * se, "won": won, "lost": False, "counterfactual": False, "summary": summary,
+            "measured_in_phase": after_phase}
+
+
+def rollback(rt: Runtime, promo: Promotion, effect: dict) -> str:
+    """Revert a promotion whose realized effect was a loss, by a new commit on main; the new main's sha."""
+    return rt.repo.revert(
+        promo.main_sha, subject=f"Roll back {promo.branch}: {promo.candidate.variable}",
+        body=f"Realized effect in phase {effect['measured_in_phase']}: {effect['summary']}",
+        trailers={"Reason": f"held-out accuracy {effect['gain']:+.1%} (95% CI {effect['low']:+.1%} to "
+                            f"{effect['high']:+.1%}) against the old main trained from the same checkpoint",
+                  "Candidate": promo.sha},
+    )
 
 
 def accuracy_note(won: bool, change: float, margin: float) -> str:
@@ -70,20 +124,30 @@ def step(rt: Runtime, state: RunState) -> dict:
         if cand is not None:
             lib.record_outcome(cand, report, diags.get(cand.diagnosis_id), rt.cfg.domain)
     effects = []
-    for promo in [p for p in state.promotions if p.phase == state.phase - 1]:
-        effect = realized_effect(rt.evidence, promo, list(state.results))
+    promotions = list(state.promotions)
+    for i, promo in enumerate(promotions):
+        if promo.phase != state.phase - 1 or rt.cfg.evolution.mode != "evolve":  # baselines measure no effects
+            continue
+        effect = realized_effect(rt.evidence, promo, list(state.results), counterfactual(rt, promo))
+        if effect["lost"] and not promo.reverted_sha:
+            promotions[i] = promo = promo.model_copy(update={"reverted_sha": rollback(rt, promo, effect)})
+            rt.emit("rolled_back", phase=state.phase, branch=promo.branch, main_sha=promo.reverted_sha,
+                    reason=effect["summary"])
         rt.repo.add_note(promo.sha, effect, ref="effect")
         lib.record_effect(promo.model_dump(mode="json"), effect, rt.cfg.domain)
         rt.emit("realized_effect", phase=state.phase, branch=promo.branch, **effect)
         effects.append({"branch": promo.branch, **effect})
-    rt.emit("node_end", node="librarian", phase=state.phase, agent="librarian", model=rt.cfg.agents.librarian.model,
+    escalation.rollback(rt, state)  # stalled and below the last known-good accuracy: main goes back, by a new commit
+    rt.emit("node_end", node="librarian", phase=state.phase, agent="librarian",
+            model=rt.cfg.agents.role("librarian").model,
             outcomes=len(state.reports), effects=[e["branch"] for e in effects], seconds=round(time.time() - t0, 2))
     summary = summarize(state, effects, rt.baseline)
     rt.reporter.phase_summary(summary)
     rt.emit("phase_summary", **summary)
+    write_report(rt.rd, state.phase)  # RUN_DIR/report.html; a failure is a report_error event, never a stop
     rt.rd.set_status("running", phase=state.phase, node="librarian",
                      accuracy=[r.eval.accuracy for r in state.results])
-    return {}
+    return {"promotions": promotions}
 
 
 def route(budget: int, state: RunState) -> str:

@@ -3,19 +3,25 @@
 :func:`choose` is the promotion policy, a pure function: passing reports in order of their margin (how far the
 targeted metric moved beyond its noise floor), at most ``max_promotions`` of them, never two that touch the same
 file (each edit reaches main alone, so its effect stays attributable). Held-back branches keep their reason in
-the state (``held``). Safe to re-run: an already-merged branch is not merged twice.
+the state (``held``). Safe to re-run: an already-merged branch is not merged twice. With ``gates: [before_promote]``
+a person approves, revises (router ``route``: back to the Engineer) or aborts first (``gate.py``).
 """
 
 from __future__ import annotations
 
 from evotrainer.contracts import BacktestReport, Candidate, Promotion
+from evotrainer.loop import gate
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 
 
 def margin(report: BacktestReport) -> float:
-    """How far the targeted metric moved, in units of its noise floor (0 when it was not measured)."""
-    target = next((c for c in report.checks if c.name.startswith(("target:", "pilot:"))), None)
+    """How clearly the candidate won: its trial gain over the trial's margin when a trial decided, else how far the
+    targeted metric moved in units of its noise floor (0 when nothing was measured)."""
+    trial = next((c for c in report.checks if c.name.startswith("trial:")), None)
+    if trial is not None and None not in (trial.base, trial.candidate, trial.threshold):
+        return (trial.candidate - trial.base) / max(trial.threshold - trial.base, 1e-3)
+    target = next((c for c in report.checks if c.name.startswith("target:")), None)
     if target is None or target.base is None or target.candidate is None:
         return 0.0
     return abs(target.candidate - target.base) / (report.noise_floor or 1e-3)
@@ -41,7 +47,12 @@ def choose(reports: list[BacktestReport], candidates: dict[str, Candidate], max_
 
 def step(rt: Runtime, state: RunState) -> dict:
     candidates = {c.branch: c for c in state.candidates}
-    chosen, held = choose(state.reports, candidates, rt.cfg.evolution.max_promotions_per_phase)
+    reports = [r for r in state.reports if r.branch not in state.withdrawn]
+    chosen, held = choose(reports, candidates, rt.cfg.evolution.max_promotions_per_phase)
+    chosen, held, feedback = gate.review(rt, state, chosen, held)  # the human gate, when configured
+    if feedback:  # a person asked for a revision: back to the Engineer, these branches withdrawn
+        sent_back = [b for b, why in held.items() if why.startswith(gate.SENT_BACK)]
+        return {"held": held, "feedback": feedback, "withdrawn": [*state.withdrawn, *sent_back]}
     for branch, reason in held.items():
         rt.emit("not_promoted", phase=state.phase, branch=branch, reason=reason)
     promotions = list(state.promotions)
@@ -63,3 +74,8 @@ def step(rt: Runtime, state: RunState) -> dict:
                                     statement=diag.statement if diag else "", backtest=report.reasons))
         rt.emit("promoted", phase=state.phase, branch=cand.branch, main_sha=main_sha, variable=cand.variable)
     return {"promotions": promotions, "held": held}
+
+
+def route(state: RunState) -> str:
+    """Back to the Engineer when a person asked for a revision at the gate, else on to the Librarian."""
+    return "engineer" if state.feedback else "librarian"

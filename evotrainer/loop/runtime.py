@@ -47,7 +47,7 @@ class Runtime:
     def request(self, phase: int, sha: str, steps: int, init: str | None = None, pilot: bool = False
                 ) -> PhaseRequest:
         return PhaseRequest.make(self.cfg, str(self.rd.root), phase, sha, init or self.checkpoint_for(phase), steps,
-                                 pilot=pilot)
+                                 pilot=pilot, base_policy=self.base_policy)
 
     def close(self) -> None:
         self.evidence.close()

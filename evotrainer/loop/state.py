@@ -29,6 +29,8 @@ class RunState(BaseModel):
     reports: list[BacktestReport] = Field(default_factory=list, description="this phase's backtest reports")
     held: dict[str, str] = Field(default_factory=dict, description="passing branches not promoted, and why")
     promotions: list[Promotion] = Field(default_factory=list, description="every promotion of the run")
+    feedback: str = Field("", description="a person's request at the gate (--revise), for the Engineer's next round")
+    withdrawn: list[str] = Field(default_factory=list, description="branches a person sent back for revision")
 
     def round_candidates(self) -> list[Candidate]:
         return [c for c in self.candidates if c.branch in self.round_branches]

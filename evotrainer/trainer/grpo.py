@@ -26,6 +26,7 @@ import random
 import shutil
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,11 +34,13 @@ from evotrainer.contracts import PhaseResult
 from evotrainer.domains import get_domain
 from evotrainer.harness import HarnessRepo, read_knobs
 from evotrainer.rollouts import group_stats, level_history, read_rollouts, write_rollouts
-from evotrainer.trainer.hooks import HarnessHooks, make_trainer_class
+from evotrainer.trainer.dashboards import trl_args
+from evotrainer.trainer.hooks import HarnessHooks, lr_multiplier, make_trainer_class
 from evotrainer.trainer.model import evaluate, load_policy, resolve_device
 from evotrainer.trainer.wire import PhaseRequest, PilotResult
 
 Progress = Callable[[dict[str, Any]], None]
+OPTIMIZER_STATE = "optimizer.pt"  # AdamW's moments, saved with a phase's checkpoint for the next phase
 
 
 def sample_tasks(pool: list[dict], weights: dict[str, float], n: int, rng: random.Random) -> list[dict]:
@@ -62,8 +65,22 @@ def _atomic_dir(final: Path) -> Path:
     return tmp
 
 
-def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int):
-    """Train ``req.steps`` GRPO steps at the request's harness sha; return (model, tokenizer, hooks, logs)."""
+@dataclass
+class Trained:
+    """What ``_train`` leaves: the trained policy, the rollout log (``hooks``), TRL's logged scalars."""
+
+    model: Any
+    tokenizer: Any
+    hooks: HarnessHooks
+    logs: dict[str, list[float]]
+    device: str
+    domain: Any
+    rd: Any
+    optimizer_state: dict | None  # AdamW's state (None with LoRA: the adapter is merged, its moments mean nothing)
+
+
+def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int) -> Trained:
+    """Train ``req.steps`` generated batches at the request's harness sha."""
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -88,21 +105,31 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
         if req.phase > 1 and rd.rollout_file(req.phase - 1).exists():
             history = level_history(read_rollouts(rd.rollout_file(req.phase - 1)))
         weights = worker.curriculum(domain.levels, knobs.curriculum_weights, history)
-        tasks = sample_tasks(rd.train_tasks(), weights, req.steps * req.prompts_per_step, random.Random(task_seed))
+        prompts_per_batch = req.prompts_per_step * knobs.oversample  # dynamic sampling generates more, trains P
+        tasks = sample_tasks(rd.train_tasks(), weights, req.steps * prompts_per_batch, random.Random(task_seed))
         prompts = worker.prompts(tasks)
         dataset = Dataset.from_list([
             {"prompt": p, "task_json": json.dumps(t), "task_id": t["id"]} for p, t in zip(prompts, tasks)
         ])
         model, tokenizer, peft_config = load_policy(req.init_checkpoint, device, req.dtype, req.lora, req.lora_rank)
+        if knobs.beta > 0 and req.reference_checkpoint:  # TRL builds the KL reference from the config's path
+            model.config._name_or_path = req.reference_checkpoint
+        optimizer_state = Path(req.init_checkpoint) / OPTIMIZER_STATE
+        if not (req.carry_optimizer and optimizer_state.is_file()):
+            optimizer_state = None
         shutil.rmtree(scratch, ignore_errors=True)
         args = GRPOConfig(
             output_dir=str(scratch),
             learning_rate=knobs.learning_rate,
             num_generations=knobs.group_size,
-            per_device_train_batch_size=req.prompts_per_step * knobs.group_size,
+            per_device_train_batch_size=prompts_per_batch * knobs.group_size,
             gradient_accumulation_steps=1,
             steps_per_generation=1,
-            max_steps=req.steps,
+            num_iterations=knobs.updates_per_batch,
+            max_steps=req.steps * knobs.updates_per_batch,
+            max_grad_norm=knobs.max_grad_norm,
+            weight_decay=knobs.weight_decay,
+            lr_scheduler_type="constant",  # replaced by the run-level schedule (hooks.lr_multiplier)
             temperature=knobs.temperature,
             max_completion_length=knobs.max_completion_length,
             loss_type=knobs.loss_type,
@@ -114,8 +141,8 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
             shuffle_dataset=False,
             logging_steps=1,
             save_strategy="no",
-            report_to="none",
-            seed=req.seed + req.phase,
+            **trl_args(req),  # dashboards (training.report_to): report_to, run_name, project
+            seed=req.seed + req.phase + 1000 * req.replicate,
             bf16=device == "cuda" and req.dtype != "float32",
             use_cpu=device == "cpu",
             disable_tqdm=True,
@@ -132,18 +159,20 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
                         train_logs[k].append(float(v))
 
             def on_step_end(self, args, state, control, **kw):
-                progress({"stage": "train", "step": state.global_step, "total": req.steps})
+                progress({"stage": "train", "step": state.global_step // knobs.updates_per_batch, "total": req.steps})
 
         trainer = make_trainer_class()(
             model=model, processing_class=tokenizer, reward_funcs=[hooks], args=args, train_dataset=dataset,
-            peft_config=peft_config, callbacks=[_Progress()], harness_hooks=hooks,
+            peft_config=peft_config, callbacks=[_Progress()], harness_hooks=hooks, optimizer_state=optimizer_state,
+            schedule=lambda k: lr_multiplier(knobs, req.step_offset + k // knobs.updates_per_batch, req.run_steps),
         )
         trainer.train()
         model = trainer.model
+        moments = None if req.lora else trainer.optimizer.state_dict()
         if req.lora:
             model = model.merge_and_unload()
     shutil.rmtree(scratch, ignore_errors=True)
-    return model, tokenizer, hooks, train_logs, device, domain, rd
+    return Trained(model, tokenizer, hooks, train_logs, device, domain, rd, moments)
 
 
 def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseResult:
@@ -158,16 +187,22 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
         if result.harness_sha == req.harness_sha:
             return result
     scratch = RunDir(req.run_dir).scratch / f"phase-{req.phase:04d}"
-    model, tokenizer, hooks, logs, device, domain, rd = _train(req, progress, scratch, req.seed * 7919 + req.phase)
+    out = _train(req, progress, scratch, req.seed * 7919 + req.phase)
+    hooks, logs, rd = out.hooks, out.logs, out.rd
 
     progress({"stage": "eval", "step": req.steps, "total": req.steps})
-    result_eval = evaluate(model, tokenizer, domain, rd.eval_tasks(), req.eval_max_new_tokens, device)
+    result_eval = evaluate(out.model, out.tokenizer, out.domain, rd.eval_tasks(), req.eval_max_new_tokens, out.device,
+                           samples=req.eval_samples)
     rollout_path = rd.rollout_file(req.phase)
     write_rollouts(hooks.rollouts, rollout_path)
     stats = group_stats([r.model_dump() for r in hooks.rollouts])
     tmp = _atomic_dir(ckpt)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    out.model.save_pretrained(tmp)
+    out.tokenizer.save_pretrained(tmp)
+    if out.optimizer_state is not None:
+        import torch
+
+        torch.save(out.optimizer_state, tmp / OPTIMIZER_STATE)
 
     def mean(key: str) -> float | None:
         values = logs.get(key) or []
@@ -177,7 +212,8 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
         "reward_mean": stats["reward_mean"], "dead_group_ratio": stats["dead_group_ratio"],
         "kept_fraction": stats["kept_fraction"], "truncation_rate": stats["truncation_rate"],
         "verified_rate": stats["verified_rate"], "completion_length": stats["completion_tokens_mean"],
-        "entropy": mean("entropy"), "kl": mean("kl"), "loss": mean("loss"),
+        "entropy": mean("entropy"), "kl": mean("kl"), "loss": mean("loss"), "grad_norm": mean("grad_norm"),
+        "clip_ratio": mean("clip_ratio/region_mean"), "learning_rate": mean("learning_rate"),
     }
     result = PhaseResult(
         phase=req.phase, harness_sha=req.harness_sha, steps=req.steps,
@@ -193,19 +229,29 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
 
 
 def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotResult:
-    """A few training steps at a harness sha from the current checkpoint: rollouts only, nothing saved.
+    """A few training steps at a harness sha from a checkpoint: rollouts and a probe-split score, nothing saved.
 
-    Main and a candidate piloted with the same request fields see the same tasks (the task seed does not
-    depend on the sha), so their rollouts differ only by what the candidate changed.
+    Main and a candidate piloted with the same request fields see the same tasks and seeds (they depend on the
+    phase and the replicate, not on the sha), so the two arms of an A/B trial differ only by what the candidate
+    changed. The probe split comes from the training pool. The held-out split is scored only for a counterfactual
+    phase (``held_out``): the old main trained like the phase that first trained a promoted edit.
     """
     from evotrainer.rundir import RunDir
 
     t0 = time.time()
     rd = RunDir(req.run_dir)
-    out = rd.scratch / "pilots" / f"phase-{req.phase:04d}-{req.harness_sha[:10]}.parquet"
-    scratch = rd.scratch / f"pilot-{req.phase:04d}-{req.harness_sha[:10]}"
-    _, _, hooks, _, _, _, _ = _train(req, progress, scratch, req.seed * 7919 + req.phase + 104729)
-    write_rollouts(hooks.rollouts, out)
-    return PilotResult(harness_sha=req.harness_sha, steps=req.steps, rollout_path=str(out),
-                       stats=group_stats([r.model_dump() for r in hooks.rollouts]),
+    name = f"phase-{req.phase:04d}-{req.harness_sha[:10]}-r{req.replicate}"
+    out = rd.scratch / "pilots" / f"{name}.parquet"
+    trained = _train(req, progress, rd.scratch / f"pilot-{name}",
+                     # a counterfactual phase draws the real phase's tasks; trial arms draw their own
+                     req.seed * 7919 + req.phase + (0 if req.held_out else 104729 + 1000 * req.replicate))
+    write_rollouts(trained.hooks.rollouts, out)
+    probe = None
+    if req.probe_size or req.held_out:
+        progress({"stage": "probe", "step": req.steps, "total": req.steps})
+        tasks = rd.eval_tasks() if req.held_out else rd.probe_tasks(req.probe_size)
+        probe = evaluate(trained.model, trained.tokenizer, trained.domain, tasks, req.eval_max_new_tokens,
+                         trained.device, samples=req.eval_samples)
+    return PilotResult(harness_sha=req.harness_sha, steps=req.steps, replicate=req.replicate, rollout_path=str(out),
+                       stats=group_stats([r.model_dump() for r in trained.hooks.rollouts]), probe=probe,
                        wall_time_s=round(time.time() - t0, 2))

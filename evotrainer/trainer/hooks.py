@@ -1,21 +1,41 @@
 """The bridge between TRL's GRPOTrainer and the sandboxed harness: reward, filter hook and the rollout log.
 
 ``HarnessHooks`` is TRL's reward function (it asks the harness worker for reward components and totals them with
-``scoring.total_reward``), decides which rollouts train (the harness filters, in the sandbox) and logs every
-rollout with the evaluator's ``verified`` flag. ``make_trainer_class`` builds the GRPOTrainer subclass that applies
-the filter decisions to the batch (TRL's core has no hook for this). Used by ``trainer/grpo.py``; tested in
+``scoring.total_reward``), decides which rollouts train (the harness filters, in the sandbox; dynamic sampling;
+advantages recomputed among the kept) and logs every rollout with the evaluator's ``verified`` flag.
+``make_trainer_class`` builds the GRPOTrainer subclass that applies those decisions to the batch (TRL's core has
+no hook for this), carries the optimizer's moments across phases and follows the run-level schedule
+(``lr_multiplier``). Used by ``trainer/grpo.py``; tested in
 ``tests/test_trainer.py`` and, against replay, in ``tests/test_scoring.py``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from evotrainer.contracts import Rollout
 from evotrainer.harness import Knobs
 from evotrainer.rollouts import harness_view
-from evotrainer.scoring import masked, total_reward, trains
+from evotrainer.scoring import batch_advantages, capacity_cut, masked, total_reward, trains
+
+
+def lr_multiplier(knobs: Knobs, run_step: int, run_steps: int) -> float:
+    """The learning-rate factor at ``run_step`` (generated batches since the run began, over all phases).
+
+    Warm-up is linear over the first ``warmup_steps``; ``linear`` and ``cosine`` decay to a tenth of the rate at
+    the run's planned last step (``run_steps``) and stay there; ``constant`` keeps it. A phase boundary is not a
+    restart: the schedule is the run's.
+    """
+    if run_step < knobs.warmup_steps:
+        return (run_step + 1) / knobs.warmup_steps
+    progress = min(1.0, (run_step - knobs.warmup_steps) / max(run_steps - knobs.warmup_steps, 1))
+    if knobs.lr_schedule == "linear":
+        return 1.0 - 0.9 * progress
+    if knobs.lr_schedule == "cosine":
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * progress))
+    return 1.0
 
 
 def make_trainer_class():
@@ -24,22 +44,44 @@ def make_trainer_class():
     from trl import GRPOTrainer
 
     class _HarnessGRPOTrainer(GRPOTrainer):
-        """GRPOTrainer plus the harness's group filter and a per-rollout log.
+        """GRPOTrainer plus the harness's filters, dynamic sampling, a run-level schedule and a per-rollout log.
 
         ``_generate_and_score_completions`` is TRL's batch-making step (generate, score, compute advantages).
-        After it, the harness filters decide which rollouts train; the rejected rows are removed from every
-        per-sample tensor, so they add neither gradient nor dilution to the loss. When nothing is kept, the step
-        makes no update at all: the loss has no graph, no parameter gets a gradient, and the optimizer skips
-        parameters without one (no momentum, no weight decay). Such a step is counted as skipped. This relies on
-        one optimizer step per generated batch (steps_per_generation = 1, no gradient accumulation).
+        After it, the harness filters decide which rollouts train (``HarnessHooks.decide``), the kept rows get
+        their advantages recomputed among themselves (``scoring.batch_advantages``), and the rejected rows are
+        removed from every per-sample tensor, so they add neither gradient nor dilution to the loss. When nothing
+        is kept, the step makes no update at all: the loss has no graph, no parameter gets a gradient, and the
+        optimizer skips parameters without one (no momentum, no weight decay). Such a step is counted as skipped.
+        A generated batch may train ``updates_per_batch`` times (TRL's ``num_iterations``); gradient accumulation
+        and ``steps_per_generation`` stay 1.
+
+        The optimizer starts from ``optimizer_state`` (the last phase's moments; its hyperparameters are the
+        current knobs') and the learning rate follows ``schedule(optimizer_step)``.
         """
 
-        def __init__(self, *args, harness_hooks, **kwargs):
+        def __init__(self, *args, harness_hooks, schedule, optimizer_state=None, **kwargs):
             super().__init__(*args, **kwargs)
             if self.args.steps_per_generation != 1 or self.args.gradient_accumulation_steps != 1:
-                raise ValueError("the harness filter hook needs one optimizer step per generated batch")
+                raise ValueError("the harness filter hook needs steps_per_generation = 1 and no accumulation")
             self.hooks = harness_hooks
+            self._schedule = schedule
+            self._optimizer_state = optimizer_state
             self._skip_update = False
+
+        def create_optimizer(self, model=None):
+            optimizer = super().create_optimizer(model)
+            if self._optimizer_state is not None:
+                current = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+                optimizer.load_state_dict(torch.load(self._optimizer_state, map_location="cpu", weights_only=True))
+                for group, knobs in zip(optimizer.param_groups, current):  # moments carry, knobs are today's
+                    group.pop("initial_lr", None)
+                    group.update(knobs)
+            return optimizer
+
+        def create_scheduler(self, num_training_steps, optimizer=None):
+            if self.lr_scheduler is None:
+                self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, self._schedule)
+            return self.lr_scheduler
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if self._skip_update:  # every rollout of this batch was filtered out
@@ -52,12 +94,14 @@ def make_trainer_class():
             n = output["advantages"].shape[0]
             if len(batch) != n:
                 raise RuntimeError(f"rollout buffer out of step with the batch ({len(batch)} vs {n})")
-            advantages = output["advantages"].detach().cpu().tolist()
-            kept = self.hooks.decide(batch, advantages, self.num_generations, self.state.global_step + 1)
+            raw = output["advantages"].detach().cpu().tolist()
+            step = self.state.global_step // self.num_iterations + 1  # generated batches so far, this one included
+            kept, advantages = self.hooks.decide(batch, raw, self.num_generations, step)
+            output["advantages"] = torch.tensor(advantages, dtype=output["advantages"].dtype,
+                                                device=output["advantages"].device)
             keep_idx = [i for i, k in enumerate(kept) if k]
             self._skip_update = not keep_idx
             if not keep_idx:
-                output["advantages"] = torch.zeros_like(output["advantages"])
                 output["completion_mask"] = torch.zeros_like(output["completion_mask"])
                 self.hooks.skipped_batches += 1
             elif len(keep_idx) < n:
@@ -115,7 +159,9 @@ class HarnessHooks:
         return batch
 
     # filters --------------------------------------------------------------------------------------------------
-    def decide(self, batch: list[dict], advantages: list[float], group_size: int, step: int) -> list[bool]:
+    def decide(self, batch: list[dict], advantages: list[float], group_size: int, step: int
+               ) -> tuple[list[bool], list[float]]:
+        """(kept flag, advantage to train with) per rollout of one generated batch (``scoring``'s rules)."""
         groups = []
         for g in range(0, len(batch), group_size):
             gid = f"p{self.phase}-s{step}-g{g // group_size}"
@@ -123,8 +169,10 @@ class HarnessHooks:
             for i, s in enumerate(members):
                 s.update(group_id=gid, sample_idx=i, step=step, phase=self.phase, advantage=advantages[g + i])
             groups.append([harness_view(s, s["task"]) for s in members])
-        flags = self.worker.filter(groups)
-        return [bool(f) for grp in flags for f in grp]
+        flags = [[bool(f) for f in grp] for grp in self.worker.filter(groups)]
+        room = capacity_cut([any(grp) for grp in flags], self.knobs.oversample)
+        kept = [f and fits for grp, fits in zip(flags, room) for f in grp]
+        return kept, batch_advantages([s["reward"] for s in batch], group_size, self.knobs.scale_rewards, kept)
 
     def log(self, batch: list[dict], kept: list[bool], advantages: list[float]) -> None:
         for s, keep, adv in zip(batch, kept, advantages):

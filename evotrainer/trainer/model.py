@@ -1,4 +1,4 @@
-"""Loading a policy and scoring it: the evaluator's greedy held-out evaluation.
+"""Loading a policy and scoring it: the evaluator's held-out evaluation (greedy, or sampled pass@1 with k samples).
 
 ``load_policy`` loads any transformers checkpoint (a Hugging Face id or a local folder) with its tokenizer, in the
 dtype the device wants, and the LoRA config when asked. ``evaluate`` scores a model on evaluator tasks with the
@@ -52,32 +52,45 @@ def load_policy(path: str, device: str, dtype: str, lora: bool, lora_rank: int):
 
 
 def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, device: str,
-             batch_size: int = 128) -> EvalResult:
-    """Greedy held-out evaluation with the evaluator's canonical prompt and verifier."""
+             batch_size: int = 128, samples: int = 0, seed: int = 0) -> EvalResult:
+    """Held-out evaluation with the evaluator's canonical prompt and verifier.
+
+    ``samples`` = 0: one greedy completion per task, item score 0 or 1. ``samples`` = k > 0: sampled pass@1, k
+    completions per task at temperature 1 (no top-k/top-p), item score = the share the verifier accepts; the
+    sampling is seeded by ``seed`` (the caller's random state is left as it was), so two checkpoints scored on the
+    same tasks draw from the same random stream. ``batch_size`` counts completions per generate call.
+    """
     import torch
 
     model.eval()
-    correct_by: dict[str, list[bool]] = defaultdict(list)
+    k = max(samples, 1)
+    per_call = max(1, batch_size // k)
+    scores_by: dict[str, list[float]] = defaultdict(list)
     items: dict[str, float] = {}
     truncated = 0
     eos = tokenizer.eos_token_id
-    for i in range(0, len(tasks), batch_size):
-        chunk = tasks[i : i + batch_size]
-        enc = tokenizer([domain.canonical_prompt(t) for t in chunk], return_tensors="pt", padding=True).to(device)
-        with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
-        gen = out[:, enc["input_ids"].shape[1]:]
-        texts = tokenizer.batch_decode(gen, skip_special_tokens=True)
-        for t, text, ids in zip(chunk, texts, gen.tolist()):
-            ok = domain.verify(t, text)
-            correct_by[t["difficulty"]].append(ok)
-            items[t["id"]] = float(ok)
-            truncated += eos not in ids
-    allv = [v for vs in correct_by.values() for v in vs]
+    sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=k) if samples \
+        else dict(do_sample=False)
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if str(device).startswith("cuda") else []):
+        torch.manual_seed(seed)
+        for i in range(0, len(tasks), per_call):
+            chunk = tasks[i : i + per_call]
+            enc = tokenizer([domain.canonical_prompt(t) for t in chunk], return_tensors="pt", padding=True).to(device)
+            with torch.no_grad():
+                out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                     eos_token_id=eos, **sampling)
+            gen = out[:, enc["input_ids"].shape[1]:]  # k rows per task, in task order
+            texts = tokenizer.batch_decode(gen, skip_special_tokens=True)
+            rows = gen.tolist()
+            for j, t in enumerate(chunk):
+                score = sum(domain.verify(t, text) for text in texts[j * k : (j + 1) * k]) / k
+                truncated += sum(eos not in ids for ids in rows[j * k : (j + 1) * k])
+                scores_by[t["difficulty"]].append(score)
+                items[t["id"]] = score
+    allv = [v for vs in scores_by.values() for v in vs]
     return EvalResult(
         accuracy=sum(allv) / max(len(allv), 1), n=len(allv),
-        by_difficulty={k: sum(v) / len(v) for k, v in sorted(correct_by.items())},
-        truncated_rate=truncated / max(len(allv), 1), items=items,
+        by_difficulty={d: sum(v) / len(v) for d, v in sorted(scores_by.items())},
+        truncated_rate=truncated / max(len(allv) * k, 1), items=items,
     )
 

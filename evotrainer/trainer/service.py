@@ -5,7 +5,7 @@
 API (JSON):
     GET  /health                  {"ok", "pid", "device", "busy", "job"}
     POST /phases                  wire.PhaseRequest -> {"job"}; idempotent for the same run, phase and harness sha;
-                                  with "pilot": true, a few steps whose rollouts judge a knob edit
+                                  with "pilot": true, a short run scored on the probe split (an A/B trial arm)
     GET  /phases/{job}            {"state": running|done|failed, "progress", "result", "error"}
                                   (result: PhaseResult, or PilotResult for a pilot)
     POST /evaluate                wire.EvalRequest -> EvalResult on the run's held-out split (409 while a phase runs)
@@ -52,7 +52,8 @@ class _Jobs:
         self.active: str | None = None
 
     def key(self, req: PhaseRequest) -> str:
-        return f"{Path(req.run_dir).resolve()}::{req.phase}::{req.harness_sha}::{'pilot' if req.pilot else 'phase'}"
+        kind = f"pilot-{req.replicate}-{req.probe_size}-{req.held_out}-{req.steps}" if req.pilot else "phase"
+        return f"{Path(req.run_dir).resolve()}::{req.phase}::{req.harness_sha}::{kind}"
 
 
 def create_app() -> FastAPI:
@@ -133,7 +134,7 @@ def create_app() -> FastAPI:
             raise HTTPException(422, str(err)) from None
         model.to(dev)
         result = evaluate(model, tokenizer, get_domain(req.domain), RunDir(req.run_dir).eval_tasks(),
-                          req.max_new_tokens, dev)
+                          req.max_new_tokens, dev, samples=req.samples)
         return result.model_dump(mode="json")
 
     @app.post("/shutdown")

@@ -2,7 +2,8 @@
 
     PhaseRequest   train one phase (or a pilot: a few steps whose rollouts judge an edit) at a harness sha
     EvalRequest    score a checkpoint on the run's held-out split
-    PilotResult    what a pilot returns (its rollouts and their figures)
+    PilotResult    what a pilot returns: its rollouts, their figures, and its policy's probe-split score (an A/B
+                   trial is main and a candidate piloted with the same seeds and tasks)
     (PhaseResult and EvalResult cross more seams than this one: they live in ``evotrainer.contracts``.)
 
 A request is built from the run's config in one place (:meth:`PhaseRequest.make`, :meth:`EvalRequest.make`), so the
@@ -15,6 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.config import Config, SandboxConfig
+from evotrainer.contracts import EvalResult
 
 
 class _Wire(BaseModel):
@@ -35,20 +37,36 @@ class PhaseRequest(_Wire):
     lora: bool = Field(False, description="train a LoRA adapter instead of all weights")
     lora_rank: int = Field(16, ge=1, description="LoRA rank")
     eval_max_new_tokens: int = Field(16, ge=1, description="generation budget of the held-out evaluation")
+    eval_samples: int = Field(0, ge=0, description="held-out decoding: 0 = greedy, k = sampled pass@1 with k samples")
     threads: int = Field(0, ge=0, description="torch CPU threads (0 = all cores)")
+    step_offset: int = Field(0, ge=0, description="generated batches the run trained before this phase (schedule)")
+    run_steps: int = Field(1, ge=1, description="generated batches the run plans in all (the schedule's horizon)")
+    carry_optimizer: bool = Field(True, description="start from the optimizer state saved with init_checkpoint")
+    reference_checkpoint: str = Field("", description="the KL reference (empty: init_checkpoint)")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="where and how harness code runs")
-    pilot: bool = Field(False, description="a pilot: train from init_checkpoint, keep rollouts, save nothing")
+    pilot: bool = Field(False, description="a pilot (an A/B trial arm): train from init_checkpoint, keep rollouts, "
+                        "score the probe split, save nothing")
+    replicate: int = Field(0, ge=0, description="a trial's replicate: shifts the seeds of training and task sampling")
+    probe_size: int = Field(0, ge=0, description="a pilot scores this many probe tasks from the training pool")
+    held_out: bool = Field(False, description="a pilot scores the held-out split instead (a counterfactual phase)")
+    report_to: list[str] = Field(default_factory=list, description="dashboards TRL reports to (training.report_to)")
+    run_name: str = Field("", description="the run's name: dashboards tag each phase with it")
 
     @classmethod
     def make(cls, cfg: Config, run_dir: str, phase: int, harness_sha: str, init_checkpoint: str, steps: int,
-             pilot: bool = False) -> "PhaseRequest":
-        """The request for ``phase`` of a run with config ``cfg``."""
+             pilot: bool = False, base_policy: str = "") -> "PhaseRequest":
+        """The request for ``phase`` of a run with config ``cfg`` (``base_policy``: the run's starting policy)."""
+        per_phase = cfg.training.steps_per_phase
         return cls(
             run_dir=str(run_dir), phase=phase, harness_sha=harness_sha, init_checkpoint=init_checkpoint, steps=steps,
             prompts_per_step=cfg.training.prompts_per_step, seed=cfg.seed, domain=cfg.domain,
             device=cfg.policy.device, dtype=cfg.policy.dtype, lora=cfg.policy.lora, lora_rank=cfg.policy.lora_rank,
             eval_max_new_tokens=cfg.training.eval_max_new_tokens, threads=cfg.training.threads,
-            sandbox=cfg.sandbox, pilot=pilot,
+            eval_samples=cfg.training.eval_samples,
+            report_to=list(cfg.training.report_to), run_name=cfg.name,
+            sandbox=cfg.sandbox, pilot=pilot, step_offset=(phase - 1) * per_phase, run_steps=cfg.phases * per_phase,
+            carry_optimizer=cfg.training.carry_optimizer and not cfg.policy.lora,
+            reference_checkpoint=base_policy if cfg.training.kl_reference == "base" else init_checkpoint,
         )
 
 
@@ -57,20 +75,24 @@ class EvalRequest(_Wire):
     checkpoint: str = Field(description="model id or path to score")
     domain: str = Field("math", description="task domain")
     max_new_tokens: int = Field(16, ge=1, description="generation budget")
+    samples: int = Field(0, ge=0, description="0 = greedy, k = sampled pass@1 with k samples per task")
     device: str = Field("auto", description="auto, cpu or cuda")
     dtype: str = Field("auto", description="auto, float32 or bfloat16")
 
     @classmethod
     def make(cls, cfg: Config, run_dir: str, checkpoint: str) -> "EvalRequest":
         return cls(run_dir=str(run_dir), checkpoint=checkpoint, domain=cfg.domain,
-                   max_new_tokens=cfg.training.eval_max_new_tokens, device=cfg.policy.device, dtype=cfg.policy.dtype)
+                   max_new_tokens=cfg.training.eval_max_new_tokens, device=cfg.policy.device, dtype=cfg.policy.dtype,
+                   samples=cfg.training.eval_samples)
 
 
 class PilotResult(_Wire):
     harness_sha: str
     steps: int
+    replicate: int = 0
     rollout_path: str
     stats: dict[str, float]
+    probe: EvalResult | None = Field(None, description="the trained policy scored on the probe split")
     wall_time_s: float
 
 

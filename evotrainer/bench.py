@@ -1,0 +1,136 @@
+"""``evotrainer bench``: does evolving the harness pay? Four arms, same data, model, evaluator and training budget.
+
+    static        the seed harness, never edited                         (evolution.mode: static)
+    reference     a fixed expert harness (harness_repo/math_reference)   (evolution.mode: static)
+    keep_discard  the scalar loop: next playbook edit, kept if held-out accuracy rose, else reverted
+    evotrainer    the full system: diagnose, critique, engineer, backtest with A/B trials, promote, realized effect
+
+Every arm trains the same phases x steps from the same starting policy with the same seeds and tasks; within a
+seed, all arms are scored on the same held-out items, so each arm is compared with static paired per item and per
+seed (a two-level bootstrap: seeds, then items). Each arm-seed is an ordinary run directory under the bench folder
+(``BENCH/<arm>-seed<N>``), resumable with the same command; results go to ``BENCH/bench.json`` and
+``BENCH/bench.md``. ``--tasks FILE`` applies a YAML of config overrides (e.g. ``tasks: {mix: {"1": 1, "4": 3}}``) to
+every arm, so the same bench runs on other task mixes.
+
+    evotrainer bench runs/bench [--arms static,evotrainer] [--seeds 0,1,2] [--phases 3] [--tasks mix.yaml]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evotrainer import config as config_mod
+from evotrainer.console import Reporter
+from evotrainer.history import phase_results
+from evotrainer.metrics import paired_gain
+from evotrainer.rundir import RunDir
+
+ARMS = {
+    "static": ["evolution.mode=static"],
+    "reference": ["evolution.mode=static", "harness=math_reference"],
+    "keep_discard": ["evolution.mode=keep_discard"],
+    "evotrainer": ["evolution.mode=evolve"],
+}
+
+
+def _config(arm: str, seed: int, phases: int, tasks: dict | None, overrides: list[str]) -> config_mod.Config:
+    cfg = config_mod.parse({**(tasks or {}), "name": f"bench-{arm}-seed{seed}"}, "--tasks")
+    return config_mod.apply_overrides(cfg, [f"seed={seed}", f"phases={phases}", *overrides, *ARMS[arm]])
+
+
+def _outcome(rd: RunDir) -> dict[str, Any]:
+    """What one finished arm-seed run gives the bench: final held-out result, and where its time went (the run's
+    wall time without building the starting policy, which is set-up, cached across runs)."""
+    results = phase_results(rd)
+    setup = sum(e.get("seconds", 0.0) for e in rd.events.read("policy"))  # building the starting policy, once
+    wall = sum(e.get("wall_time_s", 0.0) for e in rd.events.read("run_done")) - setup
+    training = sum(r.wall_time_s for r in results)
+    baseline = rd.baseline()
+    return {"final": results[-1].eval, "accuracy": [r.eval.accuracy for r in results],
+            "baseline": baseline.accuracy if baseline else None, "wall_s": wall, "training_s": training}
+
+
+def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: dict | None = None,
+              overrides: list[str] = (), reporter: Reporter | None = None) -> dict:
+    """Run (or resume) every arm for every seed, then compare each arm with static; write bench.json/.md."""
+    from evotrainer.run import run
+
+    reporter = reporter or Reporter()
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        raise config_mod.ConfigError(f"--arms: unknown arm(s) {unknown} (allowed: {', '.join(ARMS)})")
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    outcomes: dict[str, dict[int, dict]] = {a: {} for a in arms}
+    quiet = Reporter(quiet=True)
+    with reporter.progress("bench", len(arms) * len(seeds)) as bar:
+        for i, (seed, arm) in enumerate((s, a) for s in seeds for a in arms):
+            rd = RunDir(out / f"{arm}-seed{seed}")
+            bar(step=i, total=len(arms) * len(seeds), stage=f"{arm}, seed {seed}")
+            if not rd.exists():
+                rd.init(_config(arm, seed, phases, tasks, list(overrides)), log=lambda _: None)
+            if rd.status().get("state") != "done" or len(phase_results(rd)) < phases:
+                run(rd.root, phases=phases, reporter=quiet)
+            outcomes[arm][seed] = _outcome(rd)
+            reporter.info(f"{arm}, seed {seed}: held-out accuracy {outcomes[arm][seed]['final'].accuracy:.1%} "
+                          f"(start {outcomes[arm][seed]['baseline']:.1%})")
+        bar(step=len(arms) * len(seeds), total=len(arms) * len(seeds))
+    summary = summarize(outcomes, seeds)
+    summary.update(phases=phases, seeds=seeds, arm_order=arms, wall_s=round(time.time() - t0, 1), tasks=tasks,
+                   overrides=list(overrides))
+    (out / "bench.json").write_text(json.dumps(summary, indent=1))
+    (out / "bench.md").write_text(markdown(summary))
+    return summary
+
+
+def summarize(outcomes: dict[str, dict[int, dict]], seeds: list[int]) -> dict:
+    """Per arm: final accuracy (mean, per seed), the paired interval against static, the time outside training."""
+    arms: dict[str, dict] = {}
+    for arm, by_seed in outcomes.items():
+        finals = {s: by_seed[s]["final"] for s in seeds}
+        wall = sum(by_seed[s]["wall_s"] for s in seeds)
+        training = sum(by_seed[s]["training_s"] for s in seeds)
+        entry = {"accuracy": sum(f.accuracy for f in finals.values()) / len(seeds),
+                 "per_seed": {str(s): finals[s].accuracy for s in seeds}, "wall_s": round(wall, 1),
+                 "outside_training": round(1 - training / wall, 3) if wall else None}
+        if arm != "static" and "static" in outcomes:
+            entry["vs_static"] = paired_gain([(outcomes["static"][s]["final"].items, finals[s].items)
+                                              for s in seeds])
+        arms[arm] = entry
+    return {"arms": arms}
+
+
+def markdown(summary: dict) -> str:
+    lines = [f"# evotrainer bench: {len(summary['seeds'])} seed(s) x {summary['phases']} phases", "",
+             "| arm | held-out accuracy (mean) | per seed | minus static (paired 95% CI) | wall | outside training |",
+             "|---|---|---|---|---|---|"]
+    for arm, e in summary["arms"].items():
+        per_seed = ", ".join(f"{v:.1%}" for v in e["per_seed"].values())
+        vs = e.get("vs_static")
+        diff = f"{vs['diff']:+.1%} ({vs['low']:+.1%} to {vs['high']:+.1%})" if vs else "-"
+        outside = f"{e['outside_training']:.0%}" if e["outside_training"] is not None else "-"
+        lines.append(f"| {arm} | {e['accuracy']:.1%} | {per_seed} | {diff} | {e['wall_s']:.0f} s | {outside} |")
+    total = sum(e["wall_s"] for e in summary["arms"].values())
+    lines += ["", f"Runs' wall time {total:.0f} s in all (building the starting policy excluded); outside training = "
+              "agents, backtests, trials, counterfactuals, evaluation and orchestration. Paired per held-out task and "
+              "per seed (all arms of a seed are scored on the same tasks); the interval bootstraps seeds, then tasks."]
+    return "\n".join(lines) + "\n"
+
+
+def load_tasks(path: Path | None) -> dict | None:
+    """The ``--tasks`` file: a YAML mapping of config overrides applied to every arm."""
+    if path is None:
+        return None
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise config_mod.ConfigError(f"--tasks {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise config_mod.ConfigError(f"--tasks {path}: expected a mapping of config keys")
+    config_mod.parse(data, f"--tasks {path}")  # a wrong key fails here, with its name
+    return data

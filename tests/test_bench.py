@@ -1,0 +1,65 @@
+"""``evotrainer bench``: four arms on equal budgets, compared with static paired per held-out task and seed.
+
+The fast test checks the comparison on made-up outcomes whose answer is known; the slow one runs every arm for real
+(tiny policy, two short phases) and checks that the arms differ only where they should.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evotrainer.bench import markdown, summarize
+from evotrainer.contracts import EvalResult
+
+
+def _final(correct: set[int], n: int = 200) -> EvalResult:
+    return EvalResult(accuracy=len(correct) / n, n=n, items={f"eval-{i}": float(i in correct) for i in range(n)})
+
+
+def test_each_arm_is_compared_with_static_paired_per_task_and_seed():
+    base = {s: set(range(60 + s)) for s in (0, 1, 2)}
+    outcomes = {
+        "static": {s: {"final": _final(base[s]), "wall_s": 100.0, "training_s": 90.0} for s in base},
+        "evotrainer": {s: {"final": _final(base[s] | set(range(100, 130))), "wall_s": 150.0, "training_s": 90.0}
+                       for s in base},
+        "keep_discard": {s: {"final": _final(base[s]), "wall_s": 100.0, "training_s": 95.0} for s in base},
+    }
+    arms = summarize(outcomes, [0, 1, 2])["arms"]
+    assert arms["evotrainer"]["vs_static"]["diff"] == pytest.approx(30 / 200)
+    assert arms["evotrainer"]["vs_static"]["low"] > 0  # the same 30 tasks gained on every seed
+    assert arms["keep_discard"]["vs_static"] == {"diff": 0.0, "low": 0.0, "high": 0.0, "n": 200}
+    assert arms["evotrainer"]["outside_training"] == pytest.approx(0.4) and "vs_static" not in arms["static"]
+    table = markdown({"arms": arms, "seeds": [0, 1, 2], "phases": 3, "wall_s": 1.0})
+    assert "| evotrainer | " in table and "+15.0% (" in table
+
+
+@pytest.mark.slow
+def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_path, policy_cache, monkeypatch):
+    import git
+
+    from evotrainer.bench import run_bench
+    from evotrainer.console import Reporter
+    from evotrainer.history import phase_results
+    from evotrainer.rundir import RunDir
+    from tests.conftest import FAST
+
+    monkeypatch.setenv("EVOTRAINER_CACHE", str(policy_cache))
+    summary = run_bench(tmp_path / "bench", ["static", "reference", "keep_discard", "evotrainer"], [0], 2,
+                        overrides=FAST, reporter=Reporter(quiet=True))
+    assert set(summary["arms"]) == {"static", "reference", "keep_discard", "evotrainer"}
+    data = json.loads((tmp_path / "bench" / "bench.json").read_text())
+    assert data["arms"]["evotrainer"]["vs_static"]["n"] == 40 and (tmp_path / "bench" / "bench.md").is_file()
+    steps = {}
+    for arm in summary["arms"]:
+        rd = RunDir(tmp_path / "bench" / f"{arm}-seed0")
+        steps[arm] = sum(r.steps for r in phase_results(rd))
+        history = list(git.Repo(rd.harness).iter_commits("main"))
+        if arm in ("static", "reference"):
+            assert len(history) == 1, arm  # never edited
+        if arm == "keep_discard":
+            assert any(c.message.startswith("Try candidates/phase-1-kd") for c in history)
+        if arm == "reference":
+            assert "oversample: 2" in (rd.harness / "harness.yaml").read_text()
+    assert len(set(steps.values())) == 1  # the same training budget in every arm

@@ -1,0 +1,129 @@
+"""The gate's negative controls: edits that must not be promoted, judged as the loop judges them.
+
+The replay checks run in the sandbox on synthetic rollouts; the A/B trial trains real arms in process (the tiny
+policy, a few generated batches, the same seeds and tasks for both arms) and scores them on the probe split. An
+edit that only rescales the loss, or main against itself, never reaches a trial ("no effect"); a reward that breaks
+ties with noise and a curriculum that skips the hardest level change the updates, pass the safety checks, and are
+then rejected by the trial.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.playbook import find
+from evotrainer import config as C
+from evotrainer.backtest import run_backtest, trial_check, with_check
+from evotrainer.config import BacktestConfig, SandboxConfig
+from evotrainer.contracts import Candidate
+from evotrainer.harness import HarnessRepo, read_knobs
+from evotrainer.rundir import RunDir
+from tests.conftest import FAST, rollouts, tasks_for
+
+NOISE_REWARD = '''
+
+def tie_break(sample):
+    """Pure noise: a tiny hash of the completion, so no two completions of a group score alike."""
+    import hashlib
+
+    return int(hashlib.sha256(sample["completion"].encode()).hexdigest()[:8], 16) / 16 ** 8 * 1e-3
+
+
+COMPONENTS = {"correct": correct, "tie_break": tie_break}
+'''
+SETTINGS = BacktestConfig(bootstrap=100, test_timeout_s=10, trial_steps=8, trial_seeds=2, probe_size=200)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, policy_cache) -> RunDir:
+    import os
+
+    os.environ["EVOTRAINER_CACHE"] = str(policy_cache)
+    rd = RunDir(tmp_path_factory.mktemp("gate") / "run")
+    rd.init(C.apply_overrides(C.parse({}), FAST), log=lambda _: None)
+    rd.ensure_policy(log=lambda _: None)
+    return rd
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    groups = [[("9", True), ("8", False)] * 2 if g % 3 == 0 else [("1", False), ("12", False), ("3", False), ("x", False)]
+              for g in range(60)]
+    return rollouts(groups)
+
+
+def _candidate(repo: HarnessRepo, name: str, edits: dict, variable: str, metric: str) -> Candidate:
+    cand = Candidate(branch=f"candidates/gate-{name}", base_sha=repo.sha("main"), diagnosis_id="d1-1",
+                     intervention=name, hypothesis="If X, Y, because Z", variable=variable, target_metric=metric,
+                     direction="down", expected="down", rollback="revert", files=sorted(edits))
+    cand.sha = repo.commit_candidate(cand.branch, cand.base_sha, edits, name, "gate test", {})
+    return cand
+
+
+def _arm(rd: RunDir, sha: str) -> list:
+    from evotrainer.trainer.grpo import run_pilot
+    from evotrainer.trainer.wire import PhaseRequest
+
+    return [run_pilot(PhaseRequest(run_dir=str(rd.root), phase=1, harness_sha=sha, pilot=True, replicate=r,
+                                   init_checkpoint=str(rd.root / "policy" / "base"), steps=SETTINGS.trial_steps,
+                                   prompts_per_step=4, probe_size=SETTINGS.probe_size, eval_max_new_tokens=8,
+                                   sandbox=SandboxConfig(backend="process"))).probe
+            for r in range(SETTINGS.trial_seeds)]
+
+
+@pytest.fixture(scope="module")
+def main_arm(run_dir: RunDir) -> list:
+    return _arm(run_dir, HarnessRepo(run_dir.harness).sha("main"))
+
+
+def _judged(run_dir: RunDir, rows: list[dict], cand: Candidate, main_arm: list):
+    repo = HarnessRepo(run_dir.harness)
+    report = run_backtest(repo, cand, rows, tasks_for(rows), main_sha=repo.sha("main"), settings=SETTINGS,
+                          sandbox=SandboxConfig(), hide=[])
+    if report.verdict == "promote":  # what the loop's Bench does next
+        report = with_check(report, trial_check(main_arm, _arm(run_dir, cand.sha)))
+    return report
+
+
+def test_main_against_itself_never_reaches_a_trial(run_dir, rows, main_arm):
+    repo = HarnessRepo(run_dir.harness)
+    same = repo.show_file("main", "filters.py") + "\n# a comment changes the text, not the harness\n"
+    report = _judged(run_dir, rows, _candidate(repo, "itself", {"filters.py": same}, "filters.py",
+                                               "kept_fraction"), main_arm)
+    assert report.verdict == "reject" and any(r.startswith("effect: no effect") for r in report.reasons)
+    assert not any(c.name.startswith("trial:") for c in report.checks), report.reasons
+
+
+def test_a_loss_rescaling_filter_alone_is_no_effect(run_dir, rows, main_arm):
+    repo = HarnessRepo(run_dir.harness)
+    edit = find("math", "drop_zero_variance_groups").edit({"filters.py": repo.show_file("main", "filters.py")},
+                                                          read_knobs(repo.path), {})
+    report = _judged(run_dir, rows, _candidate(repo, "rescale", edit, "filters.keep_group", "kept_dead_ratio"),
+                     main_arm)
+    assert report.verdict == "reject" and any(r.startswith("effect: no effect") for r in report.reasons)
+    assert not any(c.name.startswith("trial:") for c in report.checks)
+
+
+def test_a_pure_noise_tie_break_passes_safety_and_loses_the_trial(run_dir, rows, main_arm):
+    repo = HarnessRepo(run_dir.harness)
+    rewards = repo.show_file("main", "rewards.py").replace('COMPONENTS = {"correct": correct}', NOISE_REWARD.strip())
+    cand = _candidate(repo, "noise", {"rewards.py": rewards}, "rewards.py", "dead_group_ratio")
+    report = _judged(run_dir, rows, cand, main_arm)
+    target = next(c for c in report.checks if c.name == "target:dead_group_ratio")
+    assert target.candidate < target.base  # it "cures" dead groups by construction...
+    safety = [c for c in report.checks if not c.name.startswith("trial:")]
+    assert all(c.passed for c in safety), report.reasons  # ...passes every safety check and changes the update...
+    trial = next(c for c in report.checks if c.name == "trial:probe_accuracy")
+    assert report.verdict == "reject" and not trial.passed, trial  # ...and the trial does not see a gain
+
+
+def test_a_curriculum_that_skips_the_hardest_level_loses_the_trial(run_dir, rows, main_arm):
+    repo = HarnessRepo(run_dir.harness)
+    knobs = repo.show_file("main", "harness.yaml").replace('"4": 1.0', '"4": 0.0')
+    cand = _candidate(repo, "skip-hard", {"harness.yaml": knobs}, "harness.yaml:curriculum_weights",
+                      "dead_group_ratio")
+    report = _judged(run_dir, rows, cand, main_arm)
+    # the safety checks already refuse a curriculum that stops sampling a level; were it let through, the trial
+    # would judge it on the probe split, which keeps every level
+    assert report.verdict == "reject", report.reasons
+    assert any(r.startswith(("curriculum_coverage", "trial:probe_accuracy")) for r in report.reasons), report.reasons

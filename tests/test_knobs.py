@@ -1,0 +1,161 @@
+"""Every knob in harness.yaml changes the update; a value that could not act is refused.
+
+Each case trains two generated batches from the same checkpoint, seed and tasks with one knob changed, and
+compares the weights with the baseline's. Training is deterministic (the baseline twice gives the same weights), so
+a difference is the knob's doing. Values that cannot act (clip epsilons with one update per batch, a reward scale
+that the advantage's std divides out) fail validation with a message saying why. A phase boundary is not a
+restart: the optimizer's moments carry into the next phase unless the config turns it off.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from evotrainer import config as C
+from evotrainer.harness import HarnessRepo, KnobsError, Knobs, parse_knobs
+from evotrainer.rundir import RunDir
+from tests.conftest import FAST
+
+TWO_COMPONENTS = '''
+def correct(sample):
+    return 1.0 if sample["completion"].split("\\n", 1)[0].strip() == sample["task"]["answer"] else 0.0
+
+
+def short(sample):
+    return -0.1 * sample["completion_tokens"]
+
+
+COMPONENTS = {"correct": correct, "short": short}
+'''
+
+# knob -> (what the baseline has, what the variant has); both sides must be valid knobs. The baseline is the seed
+# with a short completion budget (so some completions are cut) and two reward components.
+CASES = {
+    "learning_rate": ({}, {"learning_rate": 3e-4}),
+    "group_size": ({}, {"group_size": 4}),
+    "temperature": ({}, {"temperature": 1.5}),
+    "max_completion_length": ({}, {"max_completion_length": 6}),
+    "loss_type": ({}, {"loss_type": "dr_grpo"}),
+    "beta": ({}, {"beta": 0.5}),
+    "epsilon": ({"updates_per_batch": 2, "learning_rate": 3e-3}, {"updates_per_batch": 2, "learning_rate": 3e-3,
+                                                                 "epsilon": 0.001}),
+    "epsilon_high": ({"updates_per_batch": 2, "learning_rate": 3e-3}, {"updates_per_batch": 2,
+                                                                      "learning_rate": 3e-3, "epsilon_high": 0.001}),
+    "scale_rewards": ({}, {"scale_rewards": "batch"}),
+    "reward_scale": ({"scale_rewards": "none"}, {"scale_rewards": "none", "reward_scale": 3.0}),
+    "mask_truncated_completions": ({}, {"mask_truncated_completions": True}),
+    "reward_weights": ({}, {"reward_weights": {"correct": 1.0, "short": 0.3}}),
+    "curriculum_weights": ({}, {"curriculum_weights": {"1": 1.0, "2": 0.0, "3": 0.0, "4": 0.0}}),
+    "lr_schedule": ({}, {"lr_schedule": "linear"}),
+    "warmup_steps": ({}, {"warmup_steps": 60}),  # the run is at step 50 of 100: still warming up
+    "max_grad_norm": ({}, {"max_grad_norm": 0.01}),
+    "weight_decay": ({"learning_rate": 3e-3}, {"learning_rate": 3e-3, "weight_decay": 0.5}),
+    "updates_per_batch": ({}, {"updates_per_batch": 2}),
+    "oversample": ({}, {"oversample": 2}),
+}
+
+
+def test_every_knob_has_a_case():
+    assert sorted(CASES) == sorted(Knobs.model_fields)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, policy_cache) -> RunDir:
+    import os
+
+    os.environ["EVOTRAINER_CACHE"] = str(policy_cache)
+    rd = RunDir(tmp_path_factory.mktemp("knobs") / "run")
+    rd.init(C.apply_overrides(C.parse({}), FAST), log=lambda _: None)
+    rd.ensure_policy(log=lambda _: None)
+    return rd
+
+
+def _harness(repo: HarnessRepo, name: str, changes: dict) -> str:
+    import yaml
+
+    knobs = yaml.safe_load(repo.show_file("main", "harness.yaml"))
+    knobs.update({"max_completion_length": 4, "reward_weights": {"correct": 1.0, "short": 1.0}})
+    knobs.update(changes)
+    parse_knobs(yaml.safe_dump(knobs))  # a valid harness on both sides
+    return repo.commit_candidate(f"candidates/knob-{name}", repo.sha("main"),
+                                 {"harness.yaml": yaml.safe_dump(knobs), "rewards.py": TWO_COMPONENTS},
+                                 f"knob {name}", "test", {})
+
+
+def _weights_after(rd: RunDir, sha: str, tag: str, **request) -> dict[str, torch.Tensor]:
+    from evotrainer.config import SandboxConfig
+    from evotrainer.trainer.grpo import _train
+    from evotrainer.trainer.wire import PhaseRequest
+
+    req = PhaseRequest(run_dir=str(rd.root), phase=1, harness_sha=sha, init_checkpoint=str(rd.root / "policy" / "base"),
+                       steps=2, prompts_per_step=4, seed=0, sandbox=SandboxConfig(backend="process"),
+                       step_offset=50, run_steps=100, **request)
+    out = _train(req, lambda _: None, rd.scratch / f"knob-{tag}", task_seed=7)
+    return {k: v.detach().clone() for k, v in out.model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def baselines(run_dir: RunDir) -> dict[str, dict[str, torch.Tensor]]:
+    return {}
+
+
+def _baseline(run_dir: RunDir, baselines: dict, changes: dict) -> dict[str, torch.Tensor]:
+    key = repr(sorted(changes.items()))
+    if key not in baselines:
+        repo = HarnessRepo(run_dir.harness)
+        baselines[key] = _weights_after(run_dir, _harness(repo, f"base-{len(baselines)}", changes), key)
+    return baselines[key]
+
+
+def test_training_is_deterministic_so_a_difference_is_the_knobs(run_dir, baselines):
+    repo = HarnessRepo(run_dir.harness)
+    again = _weights_after(run_dir, _harness(repo, "base-again", {}), "again")
+    base = _baseline(run_dir, baselines, {})
+    assert all(torch.equal(base[k], again[k]) for k in base)
+
+
+@pytest.mark.parametrize("knob", sorted(CASES))
+def test_the_knob_changes_the_update(run_dir, baselines, knob):
+    base_changes, variant = CASES[knob]
+    base = _baseline(run_dir, baselines, base_changes)
+    changed = _weights_after(run_dir, _harness(HarnessRepo(run_dir.harness), knob, variant), knob)
+    assert any(not torch.equal(base[k], changed[k]) for k in base), f"{knob} did not change the update"
+
+
+@pytest.mark.parametrize("text, says", [
+    ("epsilon: 0.1", "act only with updates_per_batch > 1"),
+    ("epsilon_high: 0.28", "act only with updates_per_batch > 1"),
+    ("reward_scale: 2.0", "reward_scale acts only with scale_rewards: none"),
+])
+def test_a_value_that_could_not_act_is_refused(text, says):
+    from evotrainer.harness import seed_dir
+
+    seed = (seed_dir("math") / "harness.yaml").read_text()
+    key = text.split(":")[0]
+    lines = [text if line.startswith(f"{key}:") else line for line in seed.splitlines()]
+    with pytest.raises(KnobsError, match=says):
+        parse_knobs("\n".join(lines))
+
+
+def test_the_optimizer_state_carries_into_the_next_phase(run_dir):
+    """Phase 2 from phase 1's checkpoint: with the saved moments the update differs from a fresh optimizer's."""
+    from evotrainer.config import SandboxConfig
+    from evotrainer.trainer.grpo import OPTIMIZER_STATE, run_phase
+    from evotrainer.trainer.wire import PhaseRequest
+
+    repo = HarnessRepo(run_dir.harness)
+    dense = _harness(repo, "optimizer", {})  # a length term gives every group reward spread, so gradients flow
+    common = dict(run_dir=str(run_dir.root), harness_sha=dense, steps=2, prompts_per_step=4,
+                  seed=0, eval_max_new_tokens=4, sandbox=SandboxConfig(backend="process"))
+    first = run_phase(PhaseRequest(phase=40, init_checkpoint=str(run_dir.root / "policy" / "base"), **common))
+    assert (run_dir.checkpoint(40) / OPTIMIZER_STATE).is_file()
+    carried = run_phase(PhaseRequest(phase=41, init_checkpoint=first.checkpoint_path, **common))
+    fresh = run_phase(PhaseRequest(phase=42, init_checkpoint=first.checkpoint_path, carry_optimizer=False,
+                                   **common).model_copy(update={"phase": 42}))
+    from transformers import AutoModelForCausalLM
+
+    a = AutoModelForCausalLM.from_pretrained(carried.checkpoint_path).state_dict()
+    b = AutoModelForCausalLM.from_pretrained(fresh.checkpoint_path).state_dict()
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    assert carried.train["learning_rate"] == pytest.approx(1e-4)  # constant schedule: no decay inside a phase
