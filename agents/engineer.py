@@ -5,13 +5,16 @@ interventions that won before for this failure mode, ranked by wins — then fal
 (``agents.playbook.for_domain(ctx.domain)``: the generic edits plus the domain's own). It skips interventions
 already tried this phase, already present in the harness, known to lose (skills with uses but no wins), or
 needing a pilot run when pilots are off. The edit is committed on ``candidates/phase-N-k`` from ``main`` with
-the hypothesis and trailers; nothing touches ``main``.
+the hypothesis and trailers; nothing touches ``main``. After ``evolution.escalate_after`` phases in a row with
+nothing promoted (``ctx.escalation``) it only edits layers not edited during the stall, or, with none left,
+proposes a subtraction (:func:`subtraction`: undo the latest promotion). :func:`commit` is the one way a candidate
+is committed, by any Engineer.
 """
 
 from __future__ import annotations
 
 from agents import EngineerContext
-from agents.playbook import Intervention, for_domain
+from agents.playbook import Intervention, for_domain, layer_of
 from evotrainer.contracts import Candidate, Diagnosis, Skill
 from evotrainer.harness import HARNESS_FILES
 
@@ -50,12 +53,17 @@ class HeuristicEngineer:
             for intervention, skill_ids in self.ranked(d, skills.get(d.id, []), ctx.domain):
                 if intervention.name in used or (intervention.needs_pilot and not ctx.pilot):
                     continue
+                if ctx.escalation and layer_of(intervention.variable) in ctx.avoid_layers:
+                    continue  # escalated: a layer not edited during the stall
                 edits = intervention.edit(files, ctx.knobs, {"level_stats": ctx.level_stats})
                 if not edits:
                     continue
                 used.add(intervention.name)
                 out.append(self._commit(ctx, d, intervention, edits, skill_ids, len(ctx.tried) + len(out) + 1))
                 break
+        if ctx.escalation and not out and confirmed:  # no other layer left: propose a subtraction
+            cand = subtraction(ctx, confirmed[0], len(ctx.tried) + 1)
+            out += [cand] if cand else []
         return out
 
     def _commit(self, ctx: EngineerContext, d: Diagnosis, i: Intervention, edits: dict[str, str],
@@ -71,17 +79,48 @@ class HeuristicEngineer:
             expected=expected, rollback=rollback, skills_used=skill_ids, files=sorted(edits),
         )
         source = f"skill {', '.join(skill_ids)}" if skill_ids else "built-in playbook"
-        cand.sha = ctx.repo.commit_candidate(
-            branch, ctx.base_sha, edits,
-            subject=f"{i.variable}: {i.summary}",
-            body=f"{d.statement}\n\nIntervention {i.name} from the {source}.",
-            trailers={
-                "Diagnosis": f"{d.id} ({d.layer}/{d.failure_mode}) {d.statement}",
-                "Hypothesis": cand.hypothesis,
-                "Variable": i.variable,
-                "Expected": expected,
-                "Rollback": rollback,
-                "Backtest": f"pending (git notes --ref=backtest show {branch})",
-            },
-        )
-        return cand
+        return commit(ctx, d, cand, edits, f"{i.variable}: {i.summary}",
+                      f"{d.statement}\n\nIntervention {i.name} from the {source}.")
+
+
+def commit(ctx: EngineerContext, d: Diagnosis, cand: Candidate, edits: dict[str, str], subject: str,
+           body: str) -> Candidate:
+    """Commit ``cand`` on its branch from ``ctx.base_sha`` with the trailers every candidate carries."""
+    cand.files = sorted(edits)
+    cand.sha = ctx.repo.commit_candidate(
+        cand.branch, ctx.base_sha, edits, subject=subject, body=body,
+        trailers={
+            "Diagnosis": f"{d.id} ({d.layer}/{d.failure_mode}) {d.statement}",
+            "Hypothesis": cand.hypothesis,
+            "Variable": cand.variable,
+            "Expected": cand.expected,
+            "Rollback": cand.rollback,
+            "Backtest": f"pending (git notes --ref=backtest show {cand.branch})",
+        },
+    )
+    return cand
+
+
+def subtraction(ctx: EngineerContext, d: Diagnosis, k: int) -> Candidate | None:
+    """A candidate that undoes the latest promotion not undone yet: its files as they were before its merge."""
+    done = set(ctx.tried)
+    for promo in reversed(ctx.promotions):
+        name = f"subtract:{promo.candidate.intervention}"
+        if name in done:
+            continue
+        before = ctx.repo.repo.commit(promo.main_sha).parents[0].hexsha
+        edits = {f: ctx.repo.show_file(before, f) for f in promo.candidate.files}
+        edits = {f: t for f, t in edits.items() if t != ctx.repo.show_file(ctx.base_sha, f)}
+        if not edits:
+            continue
+        c = promo.candidate
+        cand = Candidate(
+            branch=f"candidates/phase-{ctx.phase}-{k}", base_sha=ctx.base_sha, diagnosis_id=d.id, intervention=name,
+            hypothesis=f"If {c.variable} goes back to what it was before {promo.branch}, the stall ends, because "
+                       f"that edit has not paid off (diagnosis: {d.failure_mode})",
+            variable=c.variable, target_metric=c.target_metric, direction="up" if c.direction == "down" else "down",
+            expected=f"{c.target_metric} returns toward its value before {promo.branch}; held-out accuracy holds",
+            rollback=f"merge {promo.branch} again", files=sorted(edits))
+        return commit(ctx, d, cand, edits, f"{c.variable}: undo {promo.branch} (subtraction)",
+                      f"{ctx.escalation}\n\nSubtraction: {promo.branch} ({c.intervention}) is undone.")
+    return None

@@ -9,8 +9,11 @@ moved the targeted metric the promised way without costing held-out accuracy. Th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
+from pydantic import BaseModel, Field
+
+from agents.llm import LLMRole
 from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, Skill
 
 
@@ -22,6 +25,7 @@ class HeuristicLibrarian:
 
         self.store = SkillStore(path)
         self.top_k = top_k
+        self.describe: Callable[..., Skill] | None = None  # writes a new skill's text (the LLM Librarian's)
 
     @staticmethod
     def skill_id(failure_mode: str, intervention: str) -> str:
@@ -37,13 +41,14 @@ class HeuristicLibrarian:
     def _ensure(self, candidate: Candidate, failure_mode: str, statement: str, domain: str) -> str:
         sid = self.skill_id(failure_mode, candidate.intervention)
         if self.store.get(sid) is None:
-            self.store.add(Skill(
+            skill = Skill(
                 id=sid, trigger=f"{failure_mode}: {statement}", failure_mode=failure_mode,
                 intervention=candidate.intervention,
                 expected_outcome=f"{candidate.target_metric} goes {candidate.direction}; {candidate.hypothesis}",
                 validation="backtest on retained rollouts; realized effect after the next phase",
                 domains=[domain],
-            ))
+            )
+            self.store.add(self.describe(skill, candidate, statement, domain) if self.describe else skill)
         return sid
 
     def _recorded(self, sid: str, commit: str, verdict: str) -> bool:
@@ -69,3 +74,53 @@ class HeuristicLibrarian:
             return
         self.store.record_use(sid, won=bool(effect["won"]), evidence={
             "commit": candidate.sha, "branch": candidate.branch, "verdict": "promote", **effect})
+
+
+class SkillDraft(BaseModel):
+    trigger: str = Field(min_length=1)
+    intervention: str = Field(min_length=1, description="what to change, precisely enough to do it again")
+    expected: str = Field(min_length=1)
+    validation: str = Field(min_length=1)
+    applicability: list[str] = Field(min_length=1, description="domains and settings where it should hold")
+
+
+class LLMLibrarian(LLMRole):
+    """The Librarian on an LLM: it writes each new skill's text (trigger, intervention, expected, validation,
+    applicability) from the candidate, its diagnosis and its backtest; uses, wins and evidence are counted as by the
+    built-in Librarian, whose store and retrieval (what the Engineer receives) it shares. Prompt:
+    ``agents/prompts/librarian.md``.
+    """
+
+    role = "librarian"
+
+    def __init__(self, ctx, builtin: HeuristicLibrarian):
+        super().__init__(ctx, builtin)
+        builtin.describe = self.describe  # new skills get the model's text
+
+    def retrieve(self, diagnosis: Diagnosis, domain: str) -> list[Skill]:
+        return self.builtin.retrieve(diagnosis, domain)
+
+    def record_outcome(self, candidate: Candidate, report: BacktestReport, diagnosis: Diagnosis | None,
+                       domain: str) -> None:
+        self._report = report
+        self.builtin.record_outcome(candidate, report, diagnosis, domain)
+
+    def record_effect(self, promotion: dict[str, Any], effect: dict[str, Any], domain: str) -> None:
+        self._report = None
+        self.builtin.record_effect(promotion, effect, domain)
+
+    def describe(self, skill: Skill, candidate: Candidate, statement: str, domain: str) -> Skill:
+        report = getattr(self, "_report", None)
+        outcome = (f"backtest {report.verdict}: {'; '.join(report.reasons)}" if report else "promoted")
+        draft = self.ask_once(
+            f"skill {skill.id}",
+            f"Diagnosis ({skill.failure_mode}): {statement}\nCandidate {candidate.branch}: {candidate.hypothesis}"
+            f"\nVariable {candidate.variable}; intervention {candidate.intervention}; target "
+            f"{candidate.target_metric} {candidate.direction}; expected {candidate.expected}\nOutcome: {outcome}"
+            f"\nDomain: {domain}. Write the skill.", SkillDraft)
+        if draft is None:
+            return skill
+        return skill.model_copy(update={
+            "trigger": draft.trigger, "expected_outcome": draft.expected, "validation": draft.validation,
+            "domains": sorted({domain, *draft.applicability}),
+            "evidence": [*skill.evidence, {"how": draft.intervention}]})

@@ -50,6 +50,19 @@ class Intervention:
                 f"(diagnosis: {d.failure_mode})")
 
 
+def layer_of(variable: str) -> str:
+    """The harness layer a variable belongs to: rewards, filters, curriculum, prompt, diagnostics or knobs.
+
+    ``filters.keep_group`` -> filters; ``harness.yaml:curriculum_weights`` -> curriculum; ``harness.yaml:temperature``
+    -> knobs. Escalation (a stall) asks the Engineer for a layer not edited during the stall.
+    """
+    file, _, key = variable.partition(":") if ":" in variable else (variable.split(".")[0], "", "")
+    if file in ("harness.yaml", "harness"):
+        return {"curriculum_weights": "curriculum", "reward_weights": "rewards", "reward_scale": "rewards",
+                "mask_truncated_completions": "filters"}.get(key, "knobs")
+    return file.removesuffix(".py")
+
+
 # --- text-editing helpers ------------------------------------------------------------------------------------
 def marker(name: str) -> str:
     return f"# intervention: {name}"

@@ -4,8 +4,11 @@
     evotrainer init RUN_DIR [--domain math] [--config FILE] [--set key=value ...]
     evotrainer run RUN_DIR [--phases N]         start, resume after a kill, or extend a finished run
     evotrainer status RUN_DIR [--json]          state, phase reached, held-out accuracy per phase
+    evotrainer approve RUN_DIR [--revise TEXT | --abort]   answer a run paused at the gate before promotion
     evotrainer log RUN_DIR [--json]             harness history: promoted and rejected candidates
     evotrainer show RUN_DIR REF                 one commit's diff and backtest report
+    evotrainer backtest RUN_DIR REF [--json]    judge any branch or commit against main (exit 0/1/2)
+    evotrainer report RUN_DIR [--out FILE]      the run as one self-contained HTML page (RUN_DIR/report.html)
     evotrainer trainer serve [--port 8765]      a trainer service for remote or shared use
 
 Errors the user can fix (bad config, missing run directory, unknown ref) print one readable line and exit 2.
@@ -55,6 +58,7 @@ def init(run_dir: Path, domain: str = typer.Option("math", help="task domain"),
     """Create a run directory: config, tasks, frozen eval split, seed harness repo."""
     try:
         cfg = _build_config(domain, config, set_)
+        _check_agents(cfg)  # an LLM role's unknown model or missing key fails here, one line per role
         RunDir(run_dir).init(cfg, log=lambda m: console.print(m, highlight=False))
     except (ConfigError, RunDirError, ValueError) as err:
         _fail(str(err))
@@ -77,6 +81,40 @@ def run(run_dir: Path, phases: Optional[int] = typer.Option(None, help="raise or
         _fail(f"{type(err).__name__}: {err}\n(the run's state is kept; fix the cause and `evotrainer run "
               f"{run_dir}` resumes at the node that failed; details in {run_dir}/events.jsonl)")
     _print_status(RunDir(run_dir))
+
+
+def _check_agents(cfg) -> None:
+    if cfg.agents.uses_llm():  # litellm is imported only when a role uses an LLM
+        from agents.llm import check_agents
+
+        check_agents(cfg)
+
+
+@app.command()
+def approve(run_dir: Path, revise: Optional[str] = typer.Option(None, help="send the candidates back to the "
+                                                                 "Engineer with this feedback"),
+            abort: bool = typer.Option(False, "--abort", help="promote nothing this phase")):
+    """Answer a run paused at the human gate (gates: before_promote): approve, revise or abort, then go on."""
+    from evotrainer.run import run as run_loop
+
+    if revise is not None and abort:
+        _fail("give --revise or --abort, not both")
+    rd = RunDir(run_dir)
+    try:
+        waiting = rd.status().get("waiting_for")
+    except (ConfigError, RunDirError) as err:
+        _fail(str(err))
+    if waiting != "before_promote":
+        _fail(f"{run_dir} is not waiting at a gate (`evotrainer status {run_dir}` says what it is doing)")
+    action = "abort" if abort else "revise" if revise is not None else "approve"
+    try:
+        run_loop(run_dir, decision={"action": action, "feedback": revise or ""})
+    except (ConfigError, RunDirError) as err:
+        _fail(str(err))
+    except Exception as err:  # as for `run`: the state is kept
+        _fail(f"{type(err).__name__}: {err}\n(the run's state is kept; `evotrainer run {run_dir}` resumes; details "
+              f"in {run_dir}/events.jsonl)")
+    _print_status(rd)
 
 
 @app.command()
@@ -177,6 +215,64 @@ def show(run_dir: Path, ref: str):
 
 def _num(value) -> str:
     return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+@app.command()
+def backtest(run_dir: Path, ref: str, json_: bool = typer.Option(False, "--json", help="machine-readable")):
+    """Backtest any branch or commit (one written by hand too) against main on the run's retained rollouts.
+    Exit 0: it would promote; 1: rejected (reasons printed); 2: it could not be judged (the reason)."""
+    import json as json_mod
+
+    from evotrainer.backtest_ref import backtest_ref
+
+    out = backtest_ref(run_dir, ref)
+    if json_:
+        print(json_mod.dumps(out.as_json(), indent=1))
+    elif out.code == 2:
+        console.print(f"[red]could not backtest {ref}:[/red] {out.reason}", highlight=False)
+    else:
+        from rich.markup import escape
+
+        for c in out.report["checks"]:
+            mark = "[green]pass[/green]" if c["passed"] else "[red]FAIL[/red]"
+            console.print(f"  {mark} {escape(c['name'])}" + (f": {escape(c['detail'])}" if c["detail"] else ""),
+                          highlight=False)
+        verdict = "would promote" if out.code == 0 else "rejected: " + "; ".join(out.report["reasons"])
+        console.print(f"[bold]{escape(ref)}[/bold] ({escape(out.candidate['variable'] or 'no declared variable')}):"
+                      f" {escape(verdict)} ({escape(out.reason)})", highlight=False)
+    raise typer.Exit(out.code)
+
+
+@app.command()
+def report(run_dir: Path, out: Optional[Path] = typer.Option(None, help="where to write (default RUN_DIR/report.html)")):
+    """The run as one self-contained HTML page: accuracy, health, harness lineage, skills, agents, samples."""
+    from evotrainer.report import write
+
+    try:
+        path = write(RunDir(run_dir), out)
+    except (ConfigError, RunDirError, OSError) as err:
+        _fail(str(err))
+    console.print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)", highlight=False)
+
+
+@app.command()
+def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one run directory per arm and seed)"),
+          arms: str = typer.Option("static,reference,keep_discard,evotrainer", help="comma-separated arms"),
+          seeds: str = typer.Option("0,1,2", help="comma-separated seeds"),
+          phases: int = typer.Option(3, help="training phases of every arm"),
+          tasks: Optional[Path] = typer.Option(None, help="YAML of config overrides for every arm (a task mix)"),
+          set_: list[str] = typer.Option([], "--set", help="override a config key in every arm")):
+    """Does evolving the harness pay? Static, reference, keep/discard and EvoTrainer arms on equal budgets."""
+    from evotrainer.bench import load_tasks, run_bench
+
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+        summary = run_bench(out, [a.strip() for a in arms.split(",") if a.strip()], seed_list, phases,
+                            load_tasks(tasks), set_)
+    except ValueError as err:  # ConfigError is a ValueError: a bad arm, seed list, key or task file
+        _fail(str(err))
+    console.print((out / "bench.md").read_text(), highlight=False, markup=False)
+    console.print(f"bench finished in {summary['wall_s']:.0f} s: {out}/bench.json, {out}/bench.md")
 
 
 @trainer_app.command("serve")

@@ -38,6 +38,7 @@ def status(rd: RunDir) -> dict:
         "name": cfg.name,
         "state": st.get("state", "initialized"),
         "detail": st.get("detail") or st.get("error"),
+        "waiting_for": st.get("waiting_for") if st.get("state") == "paused" else None,
         "node": st.get("node"),
         "phase": len(results),
         "phases": cfg.phases,

@@ -4,7 +4,9 @@
 one when the config names no URL), measures the starting policy's held-out accuracy once (the "phase 0" every
 later phase is compared with), and drives the LangGraph loop from its SQLite checkpoint: a fresh run
 starts at ``train``, a killed one resumes at the node it was in, a finished one whose budget was raised
-trains on. The run's state (running, paused, done, failed) is kept in ``status.json`` for ``evotrainer status``.
+trains on. The run's state (running, paused, done, failed) is kept in ``status.json`` for ``evotrainer status``;
+a run paused at the human gate (``evotrainer/loop/gate.py``) or by a spent LLM budget records what it waits for,
+and ``run(..., decision=...)`` (``evotrainer approve``) answers the gate and goes on.
 Only one process may drive a run directory at a time.
 """
 
@@ -18,12 +20,18 @@ from rich.markup import escape
 
 from evotrainer.config import apply_overrides
 from evotrainer.console import Reporter
+from evotrainer.loop.gate import describe
+from evotrainer.pause import RunPaused, waiting_for
 from evotrainer.rundir import RunDir, RunDirError
 from evotrainer.trainer.wire import EvalRequest
+from sandbox.confine import run_log as sandbox_run_log
 
 
-def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None = None) -> dict:
+def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None = None,
+        decision: dict | None = None) -> dict:
+    """``decision`` answers a paused gate ({"action": approve | revise | abort, "feedback": ...})."""
     from agents import build_agents
+    from langgraph.types import Command
     from evotrainer.graph import THREAD, build_graph, open_checkpointer
     from evotrainer.loop.runtime import Runtime
     from evotrainer.trainer.client import connect
@@ -37,8 +45,10 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
     if phases is not None and phases != cfg.phases:
         cfg = apply_overrides(cfg, [f"phases={phases}"])  # a bad value fails here, with one line
         rd.save_config(cfg)
-    rd.set_status("running", node="start", started=time.time())
+    agents = build_agents(cfg, str(rd.skills_path(cfg)), rd.root)  # an unknown model or a missing key fails here
+    rd.set_status("running", node="start", started=time.time(), waiting_for=None)
     rd.events.emit("run_start", phases=cfg.phases)
+    rd.events.emit("sandbox", **sandbox_run_log(cfg.sandbox.backend, cfg.sandbox.limits, cfg.sandbox.image))
     t0 = time.time()
     try:
         t = time.time()
@@ -55,18 +65,30 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
             reporter.info(f"trainer service at {trainer.url} (pid {health['pid']}, {health['device']})")
             rd.events.emit("trainer", url=trainer.url, seconds=round(time.time() - t, 2), **health)
             baseline = _baseline(rd, cfg, trainer, base, reporter)
-            rt = Runtime(rd=rd, cfg=cfg, trainer=trainer, agents=build_agents(cfg, str(rd.skills_path(cfg))),
+            rt = Runtime(rd=rd, cfg=cfg, trainer=trainer, agents=agents,
                          reporter=reporter, base_policy=base, baseline=baseline)
             with contextlib.closing(rt), open_checkpointer(rd.state_db) as saver:
                 graph = build_graph(rt, saver)
                 snap = graph.get_state(THREAD)
-                if snap.next:
+                waiting = waiting_for(snap)  # a gate's question, unanswered
+                if waiting and decision is None:
+                    pass  # it stays paused until `evotrainer approve`
+                elif snap.next:
                     reporter.info(f"resuming at node {snap.next[0]} (phase {snap.values.get('phase', 0)})")
-                    rd.events.emit("resume", node=snap.next[0], phase=snap.values.get("phase", 0))
-                    graph.invoke(None, THREAD, durability="sync")
+                    rd.events.emit("resume", node=snap.next[0], phase=snap.values.get("phase", 0),
+                                   decision=decision if waiting else None)
+                    graph.invoke(Command(resume=decision) if waiting else None, THREAD, durability="sync")
                 elif snap.values.get("phase", 0) < cfg.phases:
                     graph.invoke({"phase": snap.values.get("phase", 0)}, THREAD, durability="sync")
-                values = graph.get_state(THREAD).values
+                snap = graph.get_state(THREAD)
+                values, waiting = snap.values, waiting_for(snap)
+        if waiting:
+            raise RunPaused(waiting.get("gate", "gate"), describe(waiting))
+    except RunPaused as paused:  # the human gate, or a spent LLM budget: the state is kept, nothing failed
+        rd.set_status("paused", waiting_for=paused.waiting_for, detail=paused.detail)
+        rd.events.emit("run_paused", reason=paused.waiting_for, detail=paused.detail)
+        reporter.info(f"[yellow]paused[/yellow]: {escape(paused.detail)}")
+        return {}
     except KeyboardInterrupt:
         rd.set_status("paused", detail="interrupted; `evotrainer run` resumes where it stopped")
         rd.events.emit("run_paused", reason="interrupt")

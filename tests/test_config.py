@@ -13,7 +13,7 @@ from tests.conftest import cli
 def test_defaults_are_the_embedded_demo():
     cfg = C.parse({})
     assert (cfg.domain, cfg.policy.model, cfg.trainer.url) == ("math", "tiny", None)
-    assert all(getattr(cfg.agents, r).model == "heuristic"
+    assert all(cfg.agents.role(r).model == "heuristic"
                for r in ("diagnostician", "critic", "engineer", "backtester", "librarian"))
     assert cfg.skills.path is None  # skills live inside the run directory by default
 
@@ -43,8 +43,8 @@ def test_bad_value_names_key_and_what_is_allowed():
     assert "sandbox.backend" in str(err.value) and "'unshare'" in str(err.value) and "'vm'" in str(err.value)
     with pytest.raises(C.ConfigError, match=r"training\.steps_per_phase: .*greater than or equal to 1"):
         C.parse({"training": {"steps_per_phase": 0}})
-    with pytest.raises(C.ConfigError, match=r"agents\.critic\.model: .*heuristic"):
-        C.parse({"agents": {"critic": {"model": "gpt-9"}}})
+    with pytest.raises(C.ConfigError, match=r"agents\.critic\.fallbacks: .*heuristic"):
+        C.parse({"agents": {"critic": {"fallbacks": ["heuristic", "gpt-9"]}}})
 
 
 def test_policy_model_accepts_a_hugging_face_id_or_path():

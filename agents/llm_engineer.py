@@ -1,0 +1,143 @@
+"""The Engineer on an LLM: it reads the harness files and the retrieved skills, then edits any harness file with
+search/replace blocks (:mod:`agents.edits`), one hypothesis and one variable per candidate.
+
+The answer is checked before anything is committed: every block applies exactly and the result compiles (else the
+problems go back to the model, ``retries`` times), the diagnosis id is a confirmed one, the target metric is one
+the backtest measures, the intervention was not tried this phase, and, when the run is stalled, the edit changes
+a layer not edited during the stall or is a subtraction. Each accepted candidate is committed with the trailers by
+:func:`agents.engineer.commit`. A person's feedback from the gate (``evotrainer approve --revise``) is part of the
+request. The system prompt is ``agents/prompts/engineer.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import git
+from pydantic import BaseModel, Field
+
+from agents import EngineerContext
+from agents.edits import Block, apply_blocks
+from agents.engineer import HeuristicEngineer, commit
+from agents.llm import LLMRole, UseBuiltin
+from agents.playbook import layer_of
+from evotrainer.contracts import Candidate, Diagnosis, Skill
+from evotrainer.harness import seed_dir
+
+
+class Proposal(BaseModel):
+    diagnosis_id: str
+    intervention: str = Field(min_length=1, description="a short snake_case name of the edit")
+    summary: str = Field(min_length=1, description="what the edit does, in a few words (the commit subject)")
+    hypothesis: str = Field(min_length=1, description='"if X changes, Y moves, because Z"')
+    variable: str = Field(min_length=1, description="the one variable changed, e.g. rewards.format or "
+                          "harness.yaml:temperature")
+    target_metric: str
+    direction: Literal["up", "down"]
+    expected: str = Field(min_length=1)
+    rollback: str = Field(min_length=1)
+    blocks: list[Block] = Field(min_length=1)
+
+
+class EngineerAnswer(BaseModel):
+    candidates: list[Proposal] = Field(default_factory=list)
+
+
+def target_metrics() -> list[str]:
+    """The metrics a backtest measures on replay (the A/B trial then judges held-out-like accuracy)."""
+    from evotrainer.replay import METRICS
+
+    return sorted(METRICS)
+
+
+def api_doc(domain: str) -> str:
+    try:
+        return (seed_dir(domain).parent / "README.md").read_text()[:9000]
+    except OSError:
+        return ""
+
+
+class LLMEngineer(LLMRole):
+    role = "engineer"
+
+    def __init__(self, ctx, builtin: HeuristicEngineer):
+        super().__init__(ctx, builtin)
+        self.max_candidates = builtin.max_candidates
+
+    def _read(self, ctx: EngineerContext):
+        def read(name: str) -> str | None:
+            try:
+                return ctx.repo.repo.git.show(f"{ctx.base_sha}:{name}", strip_newline_in_stdout=False)
+            except git.GitCommandError:
+                return None
+        return read
+
+    def request(self, confirmed: list[Diagnosis], ctx: EngineerContext, skills: dict[str, list[Skill]]) -> str:
+        files = ctx.repo.repo.git.ls_tree("-r", "--name-only", ctx.base_sha).split()
+        read = self._read(ctx)
+        shown = "\n\n".join(f"--- {f} ---\n{read(f)}" for f in files if not f.startswith("."))
+        diag = "\n".join(d.model_dump_json(exclude={"status"}) for d in confirmed)
+        sk = "\n".join(f"{did}: {s.intervention} (uses {s.uses}, wins {s.wins}): trigger {s.trigger}; expected "
+                       f"{s.expected_outcome}; validation {s.validation}" for did, ss in skills.items() for s in ss)
+        rej = "\n".join(f"{b}: {'; '.join(r)}" for b, r in ctx.rejections.items())
+        parts = [f"Phase {ctx.phase}, round {ctx.round}. Confirmed diagnoses:\n{diag}",
+                 f"Harness API:\n{api_doc(ctx.domain)}", f"Harness files at main ({ctx.base_sha[:8]}):\n{shown}",
+                 f"Retrieved skills:\n{sk or 'none yet'}",
+                 f"Already tried this phase: {', '.join(ctx.tried) or 'nothing'}",
+                 f"Rejected this phase, with the backtest's reasons:\n{rej or 'none'}",
+                 f"Target metrics: {', '.join(target_metrics())}"]
+        if ctx.feedback:
+            parts.append(f"A person reviewed the last candidates and asks you to revise: {ctx.feedback}")
+        if ctx.escalation:
+            parts.append(f"{ctx.escalation} Layers edited during the stall: {', '.join(ctx.avoid_layers) or 'none'}.")
+        parts.append(f"Propose at most {self.max_candidates} candidates, one per diagnosis.")
+        return "\n\n".join(parts)
+
+    def check(self, answer: EngineerAnswer, confirmed: list[Diagnosis], ctx: EngineerContext,
+              applied: dict[int, dict[str, str]]) -> str | None:
+        ids, metrics, problems = {d.id for d in confirmed}, target_metrics(), []
+        applied.clear()
+        for k, p in enumerate(answer.candidates[:self.max_candidates], 1):
+            if p.diagnosis_id not in ids:
+                problems.append(f"candidate {k}: diagnosis_id {p.diagnosis_id!r} is not one of {sorted(ids)}")
+            if p.target_metric not in metrics:
+                problems.append(f"candidate {k}: target_metric {p.target_metric!r} is not one of the listed metrics")
+            if p.intervention in ctx.tried:
+                problems.append(f"candidate {k}: {p.intervention} was already tried this phase")
+            if ctx.escalation and layer_of(p.variable) in ctx.avoid_layers and not p.intervention.startswith(
+                    "subtract"):
+                problems.append(f"candidate {k}: the run is stalled; {p.variable} is in layer "
+                                f"{layer_of(p.variable)}, edited during the stall: change layer or subtract")
+            edits, errs = apply_blocks(p.blocks, self._read(ctx))
+            problems += [f"candidate {k}, {e}" for e in errs]
+            applied[k] = edits
+        return "; ".join(problems) or None
+
+    def propose(self, diagnoses: list[Diagnosis], ctx: EngineerContext, skills: dict[str, list[Skill]]
+                ) -> list[Candidate]:
+        self.ctx.phase = ctx.phase
+        confirmed = [d for d in diagnoses if d.status == "confirmed"]
+        if not confirmed:
+            return []
+        applied: dict[int, dict[str, str]] = {}
+        conv = self.conversation(f"engineer phase {ctx.phase} round {ctx.round}")
+        try:
+            answer = conv.ask(self.request(confirmed, ctx, skills), EngineerAnswer,
+                              lambda a: self.check(a, confirmed, ctx, applied))
+        except UseBuiltin:
+            return self.builtin.propose(diagnoses, ctx, skills)
+        if answer is None:
+            return []
+        by_id = {d.id: d for d in confirmed}
+        out = []
+        for k, p in enumerate(answer.candidates[:self.max_candidates], 1):
+            n = len(ctx.tried) + len(out) + 1
+            cand = Candidate(branch=f"candidates/phase-{ctx.phase}-{n}", base_sha=ctx.base_sha,
+                             diagnosis_id=p.diagnosis_id, intervention=p.intervention, hypothesis=p.hypothesis,
+                             variable=p.variable, target_metric=p.target_metric, direction=p.direction,
+                             expected=p.expected, rollback=p.rollback, skills_used=[s.id for s in
+                                                                                    skills.get(p.diagnosis_id, [])])
+            out.append(commit(ctx, by_id[p.diagnosis_id], cand, applied[k], f"{p.variable}: {p.summary}",
+                              f"{by_id[p.diagnosis_id].statement}\n\nIntervention {p.intervention} written by the "
+                              f"LLM Engineer ({conv.chain[conv.index]})."))
+        return out

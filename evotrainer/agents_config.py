@@ -1,0 +1,131 @@
+"""The ``agents`` section of the config: which LLM (or the built-in agent) plays each role, and the run's LLM budget.
+
+    agents:
+      default:   {model: heuristic, api_base: null, temperature: 0.2, max_tokens: 2048, timeout: 120,
+                  retries: 2, fallbacks: [], params: {}, tool_rounds: 6}
+      engineer:  {model: openai/gpt-4o-mini, fallbacks: [heuristic]}   # unset fields inherit agents.default
+      budget:    {max_usd: 5.0, max_tokens: null, on_exhausted: fallback}
+
+``model`` is ``heuristic`` (the built-in deterministic agent, the offline default) or any litellm model string
+(``openai/gpt-4o-mini``, ``anthropic/claude-...``, ``ollama/llama3``, ``openai/<name>`` with ``api_base`` for any
+OpenAI-compatible server). API keys come from the environment only (``OPENAI_API_KEY``, ...): a key-like entry in
+``params`` is refused here. Whether litellm knows each model and finds its key is checked at ``init``/``run`` start
+by :func:`agents.llm.check_agents` (it needs litellm, which this module never imports).
+
+Try it alone::
+
+    python -c "from evotrainer.config import parse; \\
+      print(parse({'agents': {'critic': {'model': 'openai/x'}}}).agents.role('critic'))"
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+ROLES = ("diagnostician", "critic", "engineer", "backtester", "librarian")
+HEURISTIC = "heuristic"
+# words that mark a provider parameter as a secret; secrets come from the environment only
+SECRET_WORDS = ("key", "token", "secret", "password", "credential")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _check_fallbacks(v: list[str] | None) -> list[str] | None:
+    if v and HEURISTIC in v[:-1]:
+        raise ValueError("'heuristic' may only be the last fallback (nothing after it is ever tried)")
+    if v and any(not m.strip() for m in v):
+        raise ValueError("a fallback model is empty")
+    return v
+
+
+def _check_params(v: dict[str, Any] | None) -> dict[str, Any] | None:
+    for name in v or {}:
+        if any(w in name.lower() for w in SECRET_WORDS):
+            raise ValueError(f"{name!r}: keys come from the environment (e.g. OPENAI_API_KEY), never from the config")
+    return v
+
+
+Models = Annotated[list[str], AfterValidator(_check_fallbacks)]
+Params = Annotated[dict[str, Any], AfterValidator(_check_params)]
+
+
+class LLMSettings(_Section):
+    """How one role calls its LLM (``agents.default``, and every role once resolved)."""
+
+    model: str = Field(HEURISTIC, min_length=1, description="'heuristic' = the built-in deterministic agent; or a "
+                       "litellm model string, e.g. openai/gpt-4o-mini, anthropic/claude-haiku-4-5, "
+                       "openai/<name> with api_base for an OpenAI-compatible server")
+    api_base: str | None = Field(None, description="URL of the model's server (local or self-hosted); empty = the "
+                                 "provider's own endpoint")
+    temperature: float = Field(0.2, ge=0, le=2, description="sampling temperature of the role's calls")
+    max_tokens: int = Field(2048, ge=16, description="most tokens one answer may have")
+    timeout: float = Field(120, gt=0, description="seconds one call may take before the next fallback is tried")
+    retries: int = Field(2, ge=0, description="times an invalid answer (bad JSON, schema, or an edit that does not "
+                         "apply) is sent back with the error before the next fallback is tried")
+    fallbacks: Models = Field(default_factory=list, description="models tried in order when one fails; may end "
+                                 "in 'heuristic' (then the built-in agent answers)")
+    params: Params = Field(default_factory=dict, description="extra provider parameters passed to litellm "
+                                   "(e.g. top_p, seed); never keys")
+    tool_rounds: int = Field(6, ge=1, description="most tool calls (queries, samples) a role makes before it must "
+                             "answer")
+
+
+    @property
+    def chain(self) -> list[str]:
+        """The models tried in order: the role's model, then its fallbacks."""
+        return [self.model, *self.fallbacks]
+
+    @property
+    def uses_llm(self) -> bool:
+        """Whether the role runs on an LLM (a ``heuristic`` model never reaches its fallbacks)."""
+        return self.model != HEURISTIC
+
+
+class RoleSettings(_Section):
+    """One role's settings; a field left empty takes its value from ``agents.default``."""
+
+    model: str | None = Field(None, min_length=1, description="the role's model (empty = agents.default.model)")
+    api_base: str | None = Field(None, description="the role's server URL (empty = agents.default.api_base)")
+    temperature: float | None = Field(None, ge=0, le=2, description="empty = agents.default.temperature")
+    max_tokens: int | None = Field(None, ge=16, description="empty = agents.default.max_tokens")
+    timeout: float | None = Field(None, gt=0, description="empty = agents.default.timeout")
+    retries: int | None = Field(None, ge=0, description="empty = agents.default.retries")
+    fallbacks: Models | None = Field(None, description="empty = agents.default.fallbacks")
+    params: Params | None = Field(None, description="merged over agents.default.params")
+    tool_rounds: int | None = Field(None, ge=1, description="empty = agents.default.tool_rounds")
+
+
+
+class BudgetConfig(_Section):
+    max_usd: float | None = Field(None, ge=0, description="most US dollars the run's LLM calls may cost (priced by "
+                                  "litellm from the price table frozen in RUN_DIR/prices.json); empty = no limit")
+    max_tokens: int | None = Field(None, ge=0, description="most tokens (prompt + completion) the run's LLM calls may "
+                                   "use; empty = no limit")
+    on_exhausted: Literal["fallback", "pause"] = Field(
+        "fallback", description="when the budget is spent: 'fallback' = LLM roles use the built-in agents from then "
+        "on; 'pause' = the run pauses (raise the budget in config.yaml, then `evotrainer run` resumes)")
+
+
+class AgentsConfig(_Section):
+    default: LLMSettings = Field(default_factory=LLMSettings, description="settings every role inherits")
+    diagnostician: RoleSettings = Field(default_factory=RoleSettings, description="reads rollouts, diagnoses")
+    critic: RoleSettings = Field(default_factory=RoleSettings, description="confirms or rejects diagnoses")
+    engineer: RoleSettings = Field(default_factory=RoleSettings, description="turns diagnoses into harness edits")
+    backtester: RoleSettings = Field(default_factory=RoleSettings, description="judges candidates on replay")
+    librarian: RoleSettings = Field(default_factory=RoleSettings, description="keeps skills across phases")
+    budget: BudgetConfig = Field(default_factory=BudgetConfig, description="the run's LLM budget")
+
+    def role(self, name: str) -> LLMSettings:
+        """The settings ``name`` runs with: its own fields over ``agents.default`` (params merged)."""
+        own = getattr(self, name).model_dump(exclude_none=True)
+        merged = {**self.default.model_dump(), **own}
+        merged["params"] = {**self.default.params, **own.get("params", {})}
+        return LLMSettings.model_validate(merged)
+
+    def uses_llm(self) -> list[str]:
+        """The roles that run on an LLM."""
+        return [r for r in ROLES if self.role(r).uses_llm]

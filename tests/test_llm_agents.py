@@ -1,0 +1,186 @@
+"""Each LLM role on evidence whose answer is known, with scripted answers through litellm's real call path:
+the Diagnostician's tool loop and its figures checked against the data, the Critic's verdicts, the Engineer's
+search/replace blocks (one that does not apply is sent back), the Backtester that cannot promote what the checks
+fail, the Librarian's skill text, and the escalation of the built-in Engineer (change layer, else subtract)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agents import EngineerContext, PhaseEvidence
+from agents.backtester import HeuristicBacktester, LLMBacktester
+from agents.critic import HeuristicCritic, LLMCritic
+from agents.diagnostician import HeuristicDiagnostician
+from agents.engineer import HeuristicEngineer
+from agents.librarian import HeuristicLibrarian, LLMLibrarian
+from agents.llm import LLMContext
+from agents.llm_diagnostician import LLMDiagnostician
+from agents.llm_engineer import LLMEngineer
+from evotrainer import config as C
+from evotrainer.contracts import BacktestReport, Candidate, Check, EvalResult, PhaseResult, Promotion, Rollout
+from evotrainer.domains import get_domain
+from evotrainer.events import EventLog
+from evotrainer.harness import HarnessRepo, read_knobs
+from evotrainer.rollouts import write_rollouts
+from tests.conftest import rollouts
+from tests.scripted_llm import last_user, role_of, scripted
+
+DEAD = ("SELECT avg(dead::INT) AS dead_group_ratio, count(*) AS n FROM "
+        "(SELECT group_id, max(reward) = min(reward) AS dead FROM rollouts GROUP BY group_id)")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> HarnessRepo:
+    return HarnessRepo.create(tmp_path / "harness", "math")
+
+
+def llm_ctx(tmp_path: Path, **roles) -> LLMContext:
+    cfg = C.parse({"agents": {"default": {"model": "scripted/m", "tool_rounds": 3}, **roles}})
+    return LLMContext(cfg, tmp_path, EventLog(tmp_path / "events.jsonl"))
+
+
+def evidence(tmp_path: Path, repo: HarnessRepo) -> PhaseEvidence:
+    """60 groups, 45 all wrong: a dead-group ratio of 0.75, on disk as a phase's parquet file."""
+    rows = rollouts([[("9", True), ("1", False)] * 4 if g % 4 == 0 else [("1", False)] * 8 for g in range(60)])
+    path = tmp_path / "rollouts" / "phase-0001.parquet"
+    write_rollouts([Rollout(**r) for r in rows], path)
+    result = PhaseResult(phase=1, harness_sha=repo.sha("main"), steps=10, eval=EvalResult(accuracy=0.3, n=300),
+                         rollout_path=str(path), checkpoint_path="", wall_time_s=1.0, tokens=100,
+                         train={"reward_mean": 0.125})
+    return PhaseEvidence(phase=1, results=[result], rollouts=rows, phases_in_view=[1], registry={},
+                         knobs=read_knobs(repo.path), domain=get_domain("math"))
+
+
+def diagnosis_answer(value: float, ids: list[str]) -> str:
+    return json.dumps({"action": "answer", "diagnoses": [{
+        "layer": "signal", "failure_mode": "dead_groups", "statement": "Most groups have no reward spread.",
+        "evidence": [{"name": "dead_group_ratio", "value": value, "query": DEAD, "n": 60}],
+        "rollout_ids": ids, "severity": 0.8, "confidence": 0.9}]})
+
+
+def test_diagnostician_queries_then_cites_figures_the_data_holds(tmp_path, repo):
+    ev = evidence(tmp_path, repo)
+    answers = iter([json.dumps({"action": "sql", "query": DEAD}),
+                    diagnosis_answer(0.5, ["p1-g1/0", "nope/9"]),  # a figure the query does not give, a bad id
+                    diagnosis_answer(0.75, ["p1-g1/0", "p1-g1/1"])])
+    with scripted(lambda model, messages: next(answers)) as calls:
+        out = LLMDiagnostician(llm_ctx(tmp_path), HeuristicDiagnostician()).diagnose(ev)
+    assert "0.75 | 60" in last_user(calls[1]["messages"])  # the query's result went back to the model
+    problem = last_user(calls[2]["messages"])
+    assert "unknown rollout ids ['nope/9']" in problem and "does not hold 0.5" in problem
+    (d,) = out
+    assert (d.id, d.failure_mode, d.evidence[0].value, d.rollout_ids) == ("d1-1", "dead_groups", 0.75,
+                                                                         ["p1-g1/0", "p1-g1/1"])
+    assert [e["outcome"] for e in EventLog(tmp_path / "events.jsonl").read("llm_call")] == ["ok", "invalid", "ok"]
+
+
+def test_critic_confirms_revises_rejects_and_asks_for_evidence(tmp_path, repo):
+    ev = evidence(tmp_path, repo)
+    diagnoses = HeuristicDiagnostician().diagnose(ev)[:1]
+    d2 = diagnoses[0].model_copy(update={"id": "d1-9", "statement": "x"})
+    verdict = {"action": "answer", "verdicts": [
+        {"id": diagnoses[0].id, "verdict": "revise", "reason": "holds at 75%", "statement": "75% of groups are dead."},
+        {"id": "d1-9", "verdict": "more_evidence", "reason": "one phase is too little"}]}
+    answers = iter([json.dumps({"action": "answer", "verdicts": verdict["verdicts"][:1]}),  # one id missing
+                    json.dumps(verdict), json.dumps(verdict)])
+    with scripted(lambda model, messages: next(answers)) as calls:
+        critic = LLMCritic(llm_ctx(tmp_path), HeuristicCritic())
+        out = critic.critique([diagnoses[0], d2], ev, rounds_left=1)
+        assert "missing ['d1-9']" in last_user(calls[1]["messages"])
+        assert out.needs_more_evidence and [d.status for d in out.diagnoses] == ["confirmed", "proposed"]
+        assert out.diagnoses[0].statement == "75% of groups are dead." and "revised" in out.diagnoses[0].critique
+        last = critic.critique([diagnoses[0], d2], ev, rounds_left=0)  # no rounds left: unproven is rejected
+    assert not last.needs_more_evidence and [d.status for d in last.diagnoses] == ["confirmed", "rejected"]
+
+
+def engineer_answer(diagnosis_id: str, search: str) -> str:
+    return json.dumps({"candidates": [{
+        "diagnosis_id": diagnosis_id, "intervention": "skip_dead_groups", "summary": "dead groups stop training",
+        "hypothesis": "If groups without reward spread stop training, kept_dead_ratio goes down, because they "
+                      "carry no advantage", "variable": "filters.keep_group", "target_metric": "kept_dead_ratio",
+        "direction": "down", "expected": "kept_dead_ratio 0.75 -> 0", "rollback": "restore keep_group",
+        "blocks": [{"file": "filters.py", "search": search,
+                    "replace": "def keep_group(group: list[dict]) -> bool:\n"
+                               "    return len({r['reward'] for r in group}) > 1\n"}]}]})
+
+
+def test_engineer_edits_with_blocks_and_gets_a_block_that_does_not_apply_back(tmp_path, repo):
+    ev = evidence(tmp_path, repo)
+    (d,) = [x.model_copy(update={"status": "confirmed"}) for x in HeuristicDiagnostician().diagnose(ev)
+            if x.failure_mode == "dead_groups"]
+    main = repo.sha("main")
+    answers = iter([engineer_answer(d.id, "def keep_group(group):\n    return True\n"),  # wrong signature
+                    engineer_answer(d.id, "def keep_group(group: list[dict]) -> bool:\n    return True\n")])
+    ctx = EngineerContext(phase=1, round=1, repo=repo, base_sha=main, knobs=ev.knobs, domain="math",
+                          feedback="keep it simple")
+    with scripted(lambda model, messages: next(answers)) as calls:
+        (cand,) = LLMEngineer(llm_ctx(tmp_path), HeuristicEngineer()).propose([d], ctx, {})
+    request, problem = calls[0]["messages"][1]["content"], last_user(calls[1]["messages"])
+    assert "--- filters.py ---" in request and "keep it simple" in request and "kept_dead_ratio" in request
+    assert "block 1 (filters.py): the search text occurs 0 times" in problem
+    assert repo.sha("main") == main and cand.files == ["filters.py"] and cand.branch == "candidates/phase-1-1"
+    assert "len({r['reward'] for r in group}) > 1" in repo.show_file(cand.sha, "filters.py")
+    message = repo.message(cand.sha)
+    assert all(f"{t}: " in message for t in ("Diagnosis", "Hypothesis", "Variable", "Expected", "Backtest"))
+
+
+class ReportBench:
+    """A bench that hands back a fixed report: the Backtester's verdict logic on given checks."""
+
+    def __init__(self, passed: bool):
+        self.passed = passed
+
+    def judge(self, candidate):
+        return BacktestReport(branch=candidate.branch, candidate_sha="c", base_sha="b", target_metric="x",
+                              checks=[Check(name="self_tests", passed=self.passed)], noise_floor=0.01,
+                              verdict="promote", reasons=["checks"], runtime_s=1.0, rollouts=10, sandbox="process")
+
+
+def test_backtester_may_reject_what_checks_pass_but_never_promote_what_they_fail(tmp_path):
+    cand = Candidate(branch="candidates/phase-1-1", base_sha="b", diagnosis_id="d", intervention="i", hypothesis="h",
+                     variable="filters.keep_group", target_metric="x", direction="down", expected="e", rollback="r",
+                     files=["filters.py"])
+    with scripted(lambda model, messages: json.dumps({"verdict": "promote", "reasons": ["looks fine to me"]})):
+        failed = LLMBacktester(llm_ctx(tmp_path), HeuristicBacktester()).judge(cand, ReportBench(False))
+    assert failed.verdict == "reject" and failed.reasons[-1] == "looks fine to me"
+    with scripted(lambda model, messages: json.dumps({"verdict": "reject", "reasons": ["gain is within noise"]})):
+        passed = LLMBacktester(llm_ctx(tmp_path), HeuristicBacktester()).judge(cand, ReportBench(True))
+    assert passed.verdict == "reject" and passed.reasons == ["gain is within noise"]
+
+
+def test_librarian_writes_the_skill_text(tmp_path):
+    cand = Candidate(branch="candidates/phase-1-1", base_sha="b", sha="c1", diagnosis_id="d", intervention="skip_dead",
+                     hypothesis="h", variable="filters.keep_group", target_metric="kept_dead_ratio",
+                     direction="down", expected="e", rollback="r", files=["filters.py"])
+    report = ReportBench(True).judge(cand).model_copy(update={"verdict": "reject"})
+    skill = {"trigger": "dead groups above 50%", "intervention": "drop groups with equal rewards in keep_group",
+             "expected": "kept_dead_ratio to 0", "validation": "replay: kept_dead_ratio", "applicability": ["any"]}
+    with scripted(lambda model, messages: json.dumps(skill)) as calls:
+        lib = LLMLibrarian(llm_ctx(tmp_path), HeuristicLibrarian(str(tmp_path / "skills")))
+        lib.record_outcome(cand, report, None, "math")
+    assert role_of(calls[0]["messages"]) == "librarian"
+    (stored,) = [lib.builtin.store.get("unknown:skip_dead")]
+    assert stored.trigger == "dead groups above 50%" and stored.domains == ["any", "math"] and stored.uses == 1
+
+
+def test_stalled_engineer_changes_layer_else_subtracts(tmp_path, repo):
+    ev = evidence(tmp_path, repo)
+    diagnoses = HeuristicCritic().critique(HeuristicDiagnostician().diagnose(ev), ev, 0).diagnoses
+    ctx = dict(phase=4, round=1, repo=repo, knobs=ev.knobs, domain="math")
+    (first,) = HeuristicEngineer(max_candidates=1).propose(diagnoses, EngineerContext(base_sha=repo.sha("main"), **ctx),
+                                                           {})
+    merged = repo.promote(first.branch, "Promote", "h", {})
+    promo = Promotion(phase=1, branch=first.branch, sha=first.sha, main_sha=merged, candidate=first)
+    stalled = "The run is stalled."
+    other = HeuristicEngineer(max_candidates=1).propose(diagnoses, EngineerContext(
+        base_sha=merged, escalation=stalled, avoid_layers=["filters"], promotions=[promo], **ctx), {})
+    assert other and all(not c.variable.startswith("filters") for c in other)
+    every = ["filters", "rewards", "curriculum", "knobs", "prompt", "diagnostics"]
+    (sub,) = HeuristicEngineer(max_candidates=1).propose(diagnoses, EngineerContext(
+        base_sha=merged, escalation=stalled, avoid_layers=every, promotions=[promo], **ctx), {})
+    assert sub.intervention == f"subtract:{first.intervention}" and sub.files == first.files
+    for f in sub.files:  # the files as they were before the promotion
+        assert repo.show_file(sub.sha, f) == repo.show_file(first.base_sha, f)

@@ -1,0 +1,119 @@
+"""The loop with LLM roles and with the human gate, through the real trainer service and the real litellm path.
+
+* a full phase with every role on a (scripted) LLM: the Diagnostician queries the phase's parquet file and cites
+  what it found, the Critic confirms, the Engineer edits filters.py with a search/replace block, the Backtester
+  writes the reasons, the Librarian the skill; every call is in events.jsonl with tokens and latency
+* the gate: `evotrainer run` pauses before promotion, `status` says what it waits for, and `approve --revise`,
+  `--abort` and `approve` resume it with the effect each promises
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import git
+import pytest
+
+from evotrainer import config as C
+from evotrainer.console import Reporter
+from evotrainer.events import EventLog
+from evotrainer.rundir import RunDir
+from tests.conftest import FAST, cli
+from tests.scripted_llm import last_user, role_of, scripted
+
+NO_TRIALS = "backtest.trial_steps=0"  # replay checks decide: the heuristic's first candidate passes
+
+
+def every_role(model: str, messages: list[dict]) -> str:
+    """A competent scripted model for each role (reads what the loop sent it, answers in the role's schema)."""
+    role, prompt = role_of(messages), last_user(messages)
+    if role == "diagnostician":
+        if not prompt.startswith("Result of sql"):
+            return json.dumps({"action": "sql", "query": "SELECT avg(reward) AS reward_mean, count(*) AS n, "
+                               "min(rollout_id) AS example FROM rollouts WHERE phase = 1"})
+        value, n, example = prompt.splitlines()[2].split(" | ")
+        return json.dumps({"action": "answer", "diagnoses": [{
+            "layer": "signal", "failure_mode": "dead_groups", "statement": "Groups without reward spread train.",
+            "evidence": [{"name": "reward_mean", "value": float(value), "n": int(n), "query":
+                          "SELECT avg(reward) AS reward_mean FROM rollouts WHERE phase = 1"}],
+            "rollout_ids": [example], "severity": 0.7, "confidence": 0.9}]})
+    if role == "critic":
+        ids = sorted(set(re.findall(r'"id":"(d\d+-\d+)"', prompt)))
+        return json.dumps({"action": "answer", "verdicts": [
+            {"id": i, "verdict": "confirm", "reason": "the query holds"} for i in ids]})
+    if role == "engineer":
+        did = re.search(r'"id":"(d\d+-\d+)"', prompt).group(1)
+        return json.dumps({"candidates": [{
+            "diagnosis_id": did, "intervention": "skip_flat_groups", "summary": "groups with equal rewards stop "
+            "training", "hypothesis": "If flat groups stop training, kept_dead_ratio goes down, because they carry "
+            "no advantage", "variable": "filters.keep_group", "target_metric": "kept_dead_ratio",
+            "direction": "down", "expected": "kept_dead_ratio to 0", "rollback": "restore keep_group",
+            "blocks": [{"file": "filters.py", "search": "def keep_group(group: list[dict]) -> bool:\n    return True",
+                        "replace": "def keep_group(group: list[dict]) -> bool:\n"
+                                   "    return len({r['reward'] for r in group}) > 1"}]}]})
+    if role == "backtester":
+        return json.dumps({"verdict": "promote", "reasons": ["the checks pass and kept_dead_ratio fell"]})
+    return json.dumps({"trigger": "flat groups train", "intervention": "filter them in keep_group",
+                       "expected": "kept_dead_ratio to 0", "validation": "replay", "applicability": ["math"]})
+
+
+def test_a_full_phase_with_every_role_on_an_llm(tmp_path: Path, policy_cache: Path, monkeypatch):
+    from evotrainer.run import run
+
+    monkeypatch.setenv("EVOTRAINER_CACHE", str(policy_cache))
+    run_dir = tmp_path / "llm"
+    cfg = C.apply_overrides(C.parse({"agents": {"default": {"model": "scripted/any", "tool_rounds": 2}}}),
+                            [*FAST, "phases=1", NO_TRIALS, "evolution.max_engineer_rounds=1"])
+    with scripted(every_role) as calls:
+        RunDir(run_dir).init(cfg, log=lambda m: None)
+        run(run_dir, reporter=Reporter())
+    assert RunDir(run_dir).status()["state"] == "done"
+    events = EventLog(run_dir / "events.jsonl")
+    llm = list(events.read("llm_call"))
+    assert {e["role"] for e in llm} == {"diagnostician", "critic", "engineer", "backtester", "librarian"}
+    assert all(e["outcome"] == "ok" and e["prompt_tokens"] > 0 and e["latency_s"] >= 0 for e in llm), llm
+    assert len(calls) == len(llm)
+    (diag,) = [e for e in events.read("node_end") if e["node"] == "diagnose"]
+    assert diag["model"] == "scripted/any" and diag["diagnoses"][0]["failure_mode"] == "dead_groups"
+    (cand,) = list(events.read("candidate"))
+    repo = git.Repo(run_dir / "harness")
+    assert "len({r['reward'] for r in group}) > 1" in repo.git.show(f"{cand['branch']}:filters.py")
+    assert "Hypothesis: If flat groups stop training" in repo.commit(cand["branch"]).message
+    (verdict,) = list(events.read("verdict"))
+    if verdict["verdict"] == "promote":  # the checks passed: the model's reasons are the verdict's
+        assert verdict["reasons"] == ["the checks pass and kept_dead_ratio fell"]
+    assert json.loads((run_dir / "prices.json").read_text()) == {}  # a scripted model has no price
+    assert json.loads((run_dir / "llm_spend.json").read_text())["calls"] == len(llm)
+
+
+@pytest.mark.slow  # four `evotrainer` processes, each starting the trainer service
+def test_the_gate_pauses_before_promotion_and_approve_revise_abort_resume_it(tmp_path: Path, cli_env):
+    run_dir = tmp_path / "gated"
+    sets = [a for o in [*FAST, "phases=2", NO_TRIALS, "gates=[before_promote]"] for a in ("--set", o)]
+    cli(["init", str(run_dir), *sets], cli_env)
+    cli(["run", str(run_dir)], cli_env)
+    answers = [["--revise", "make it smaller"], ["--abort"], []]
+    said = []
+    while True:
+        status = json.loads(cli(["status", str(run_dir), "--json"], cli_env).stdout)
+        if status["state"] != "paused":
+            break
+        assert status["waiting_for"] == "before_promote" and "waiting for approval" in status["detail"]
+        assert "paused" in cli(["status", str(run_dir)], cli_env).stdout
+        answer = answers[min(len(said), len(answers) - 1)]
+        said.append(answer[0] if answer else "approve")
+        cli(["approve", str(run_dir), *answer], cli_env)
+    assert status["state"] == "done" and said[:1] == ["--revise"], (status, said)
+    gates = list(EventLog(run_dir / "events.jsonl").read("gate"))
+    assert [g["action"] for g in gates] == [{"--revise": "revise", "--abort": "abort"}.get(s, s) for s in said]
+    assert gates[0]["feedback"] == "make it smaller"
+    repo = git.Repo(run_dir / "harness")
+    for g in gates:  # what a person sent back or aborted never reached main; what they approved did
+        for branch in g["branches"]:
+            merged = repo.is_ancestor(repo.commit(branch), repo.commit("main"))
+            assert merged == (g["action"] == "approve"), (g, merged)
+    # a run that is not waiting refuses an answer, in one line
+    proc = cli(["approve", str(run_dir)], cli_env, check=False)
+    assert proc.returncode == 2 and "is not waiting at a gate" in proc.stdout
