@@ -55,3 +55,46 @@ def test_wilson_interval_contains_the_estimate_and_shrinks_with_n():
     assert lo < 0.3 < hi
     lo2, hi2 = wilson(300, 1000)
     assert hi2 - lo2 < hi - lo and wilson(0, 0) == (0.0, 1.0)
+
+
+def _item_scores(probs: dict[str, float], rng: random.Random, k: int = 1) -> dict[str, float]:
+    """Per item, the share of k samples that come out right (k = 1: greedy-like 0/1 items)."""
+    return {i: sum(rng.random() < p for _ in range(k)) / k for i, p in probs.items()}
+
+
+def test_paired_comparison_detects_a_real_gain_that_an_unpaired_interval_misses():
+    from evotrainer.metrics import paired_gain
+
+    rng = random.Random(0)
+    a = {f"eval-{i}": float(rng.random() < 0.4) for i in range(300)}
+    wrong = [i for i, v in a.items() if v == 0]
+    b = {**a, **{i: 1.0 for i in rng.sample(wrong, 12)}}  # 12 of 300 items fixed: +4 points, nothing broken
+    got = paired_gain([(a, b)])
+    assert got["diff"] == pytest.approx(12 / 300) and got["n"] == 300
+    assert 0 < got["low"] < got["diff"] < got["high"]
+    unpaired_half = 1.96 * math.sqrt(2 * 0.4 * 0.6 / 300)  # ~ +-7.8 points: would call this noise
+    assert got["diff"] < unpaired_half and got["high"] - got["low"] < unpaired_half
+
+
+def test_paired_comparison_of_equal_checkpoints_straddles_zero():
+    from evotrainer.metrics import paired_gain
+
+    rng = random.Random(1)
+    probs = {f"eval-{i}": rng.choice([0.0, 0.1, 0.5, 0.9, 1.0]) for i in range(300)}
+    misses = 0
+    for trial in range(30):  # two samples of one policy, sampled pass@1 with k = 4
+        a, b = _item_scores(probs, rng, 4), _item_scores(probs, rng, 4)
+        got = paired_gain([(a, b)], resamples=300, seed=trial)
+        assert 0 < got["diff"] - got["low"] and 0 < got["high"] - got["diff"]
+        misses += not got["low"] <= 0 <= got["high"]
+    assert misses <= 4  # a 95% interval: about 1.5 of 30 expected
+
+
+def test_paired_comparison_refuses_different_items():
+    from evotrainer.metrics import paired_gain
+
+    a = {"eval-1-0": 1.0, "eval-1-1": 0.0}
+    with pytest.raises(ValueError, match="same items"):
+        paired_gain([(a, {"eval-1-0": 1.0, "eval-1-2": 0.0})])
+    with pytest.raises(ValueError):
+        paired_gain([({}, {})])

@@ -1,10 +1,25 @@
-"""Math domain: integer arithmetic chains from reasoning-gym's ``chain_sum`` generator at four difficulty levels.
+"""Math domain: integer sums and differences (``37-5+8=``) at four difficulty levels with disjoint prompt spaces.
 
-Levels are sized for the tiny character-level policy of the demo (after its warm-up it solves roughly a quarter
-of levels 1-2 and little of levels 3-4), which gives RL both solved and unsolved groups to work with. A real
-model can use the same levels or harder ones. The canonical prompt is the compact expression (``"37-5+8="``);
-the verifier reads the completion up to its first newline and accepts it when it is an integer literal equal to
-the answer.
+Each level is a set of *shapes*: the number of terms and the digits of each term (1 digit = 0-9, 2 digits =
+10-99), every operator ``+`` or ``-``. A prompt's shape can be read off its text and no shape belongs to two levels,
+so the levels' prompt spaces are disjoint by construction:
+
+    level  shapes                       distinct prompts   the warmed-up tiny policy (greedy, held-out)
+    1      1+1+1 digits, 3 terms        4,000              most right
+    2      2+1 or 1+2 digits, 2 terms   3,600              about half right
+    3      2+2 digits, 2 terms          16,200             a few right
+    4      2+2+1 digits in any order    972,000            almost none right
+
+Tasks are made here, deterministically from the seed (``random.Random``, one stream per level and split): each
+level's held-out split is drawn first, without repeats, then its training pool, without repeats and never a
+held-out prompt (a pool larger than what is left of its space cycles through it again). So a held-out item is
+unseen in training, and the same seed gives the same tasks. The levels are calibrated for the tiny policy of the
+demo (``policy.model: tiny`` after its warm-up, see ``evotrainer.policy``): level 1 gives RL mostly all-right groups,
+level 4 mostly all-wrong ones, and levels 2-3 the mixed groups that carry signal. A real model can use the same
+levels or harder ones.
+
+The canonical prompt is the compact expression plus ``=``; the verifier reads the completion up to its first
+newline and accepts it when it is an integer literal equal to the answer.
 
 This package is the evaluator's side (tasks, canonical prompt, verifier). Beside it, ``interventions.py`` holds
 the Engineer's math-only harness edits; only ``agents.playbook`` imports it, lazily, so nothing here imports
@@ -16,19 +31,73 @@ the Engineer's math-only harness edits; only ``agents.playbook`` imports it, laz
 
 from __future__ import annotations
 
+import math
+import random
 import re
 
 from evotrainer.domains.base import Domain, Task
 
-# level -> chain_sum settings
-LEVELS: dict[str, dict[str, int]] = {
-    "1": dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1),
-    "2": dict(min_terms=3, max_terms=3, min_digits=1, max_digits=1),
-    "3": dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2),
-    "4": dict(min_terms=2, max_terms=2, min_digits=2, max_digits=2),
+Shape = tuple[int, ...]  # digits of each term, in order
+# level -> its shapes; a shape belongs to one level only
+LEVELS: dict[str, list[Shape]] = {
+    "1": [(1, 1, 1)],
+    "2": [(2, 1), (1, 2)],
+    "3": [(2, 2)],
+    "4": [(2, 2, 1), (2, 1, 2), (1, 2, 2)],
 }
 
 _INT = re.compile(r"[+-]?\d+")
+
+
+def _operands(digits: int) -> range:
+    return range(10) if digits == 1 else range(10 ** (digits - 1), 10 ** digits)
+
+
+def _shape_size(shape: Shape) -> int:
+    """Distinct expressions of one shape: the operand choices times the 2^(terms-1) operator choices."""
+    return math.prod(len(_operands(d)) for d in shape) * 2 ** (len(shape) - 1)
+
+
+def space_size(level: str) -> int:
+    """Distinct prompts of a level."""
+    return sum(_shape_size(s) for s in LEVELS[level])
+
+
+def expression(level: str, index: int) -> tuple[str, int]:
+    """The ``index``-th expression of a level's space (0 <= index < space_size(level)), spaced, and its value:
+    ``("37 - 5 + 8", 40)``."""
+    for shape in LEVELS[level]:
+        if index >= _shape_size(shape):
+            index -= _shape_size(shape)
+            continue
+        parts, total = [], 0
+        for k, digits in enumerate(shape):
+            sign = 1
+            if k:
+                index, op = divmod(index, 2)
+                parts.append("+-"[op])
+                sign = -1 if op else 1
+            values = _operands(digits)
+            index, i = divmod(index, len(values))
+            parts.append(str(values[i]))
+            total += sign * values[i]
+        return " ".join(parts), total
+    raise IndexError(f"level {level} has {space_size(level)} prompts")
+
+
+def _distinct(rng: random.Random, size: int, k: int, exclude: set[int]) -> list[int]:
+    """``k`` distinct indices in range(size), none in ``exclude`` (k <= size - len(exclude))."""
+    if 2 * k <= size - len(exclude):  # sparse: draw and reject, never materialising a large space
+        out, seen = [], set(exclude)
+        while len(out) < k:
+            i = rng.randrange(size)
+            if i not in seen:
+                seen.add(i)
+                out.append(i)
+        return out
+    rest = [i for i in range(size) if i not in exclude]
+    rng.shuffle(rest)
+    return rest[:k]
 
 
 class MathDomain(Domain):
@@ -36,50 +105,32 @@ class MathDomain(Domain):
     levels = list(LEVELS)
 
     def generate(self, seed: int, train_size: int, eval_size: int) -> tuple[list[Task], list[Task]]:
-        import warnings
-
-        with warnings.catch_warnings():  # one of its dependencies has invalid escape/`is` literals
-            warnings.simplefilter("ignore", SyntaxWarning)
-            import reasoning_gym  # heavy import (~5 s): only when tasks are made, at `evotrainer init`
-
         per_eval = -(-eval_size // len(LEVELS))
         per_train = -(-train_size // len(LEVELS))
-        # Held-out first, for every level, then the training pools. Levels overlap (every level-1 sum is also a
-        # level-3 one), so "never in training" is checked on the prompt across all levels, not within a level.
-        eval_tasks: list[Task] = []
-        held_out: set[str] = set()
-        for i, (level, settings) in enumerate(LEVELS.items()):
-            ev = reasoning_gym.create_dataset("chain_sum", size=per_eval * 3, seed=seed * 1000 + 17 + i, **settings)
-            n = 0
-            for entry in ev:
-                task = self._task(f"eval-{level}-{n}", level, entry)
-                prompt = self.canonical_prompt(task)
-                if prompt not in held_out and n < per_eval:
-                    held_out.add(prompt)
-                    eval_tasks.append(task)
-                    n += 1
         train_tasks: list[Task] = []
-        for i, (level, settings) in enumerate(LEVELS.items()):
-            tr = reasoning_gym.create_dataset("chain_sum", size=per_train * 2, seed=seed * 1000 + 500 + i, **settings)
-            pool = []
-            for entry in tr:
-                task = self._task(f"train-{level}-{len(pool)}", level, entry)
-                if self.canonical_prompt(task) in held_out:
-                    continue
-                pool.append(task)
-                if len(pool) == per_train:
-                    break
-            train_tasks += pool
+        eval_tasks: list[Task] = []
+        for level in LEVELS:
+            size = space_size(level)
+            if 2 * per_eval > size:
+                raise ValueError(f"training.eval_size: {eval_size} asks {per_eval} held-out tasks of math level "
+                                 f"{level}, more than half its {size} distinct prompts")
+            held = _distinct(random.Random(f"math-{seed}-{level}-eval"), size, per_eval, set())
+            eval_tasks += [self._task(f"eval-{level}-{n}", level, i) for n, i in enumerate(held)]
+            rng = random.Random(f"math-{seed}-{level}-train")
+            pool = _distinct(rng, size, min(per_train, size - per_eval), set(held))
+            pool += [pool[n % len(pool)] for n in range(per_train - len(pool))]  # only when the space runs out
+            train_tasks += [self._task(f"train-{level}-{n}", level, i) for n, i in enumerate(pool)]
         return train_tasks, eval_tasks
 
     @staticmethod
-    def _task(task_id: str, level: str, entry: dict) -> Task:
+    def _task(task_id: str, level: str, index: int) -> Task:
+        expr, value = expression(level, index)
         return {
             "id": task_id,
             "difficulty": level,
-            "question": entry["question"],
-            "expression": entry["metadata"]["expression"],
-            "answer": str(entry["answer"]),
+            "question": f"State the final answer to the following arithmetic problem: {expr} =",
+            "expression": expr,
+            "answer": str(value),
         }
 
     def canonical_prompt(self, task: Task) -> str:

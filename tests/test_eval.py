@@ -1,0 +1,72 @@
+"""The evaluator's held-out evaluation, in process on the tiny policy: greedy items are 0/1, sampled pass@1 items are
+shares of k samples, and a sampled evaluation is reproducible and leaves the caller's random state alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from evotrainer import config as C
+from evotrainer.rundir import RunDir
+from tests.conftest import FAST
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory, policy_cache):
+    import os
+
+    from evotrainer.domains import get_domain
+    from evotrainer.trainer.model import load_policy
+
+    os.environ["EVOTRAINER_CACHE"] = str(policy_cache)
+    rd = RunDir(tmp_path_factory.mktemp("eval") / "run")
+    rd.init(C.apply_overrides(C.parse({}), FAST), log=lambda _: None)
+    model, tokenizer, _ = load_policy(rd.ensure_policy(log=lambda _: None), "cpu", "float32", False, 0)
+    return model, tokenizer, get_domain("math"), rd
+
+
+def test_sampled_pass_at_1_scores_each_item_by_the_share_of_its_k_samples(policy):
+    from evotrainer.trainer.model import evaluate
+
+    model, tokenizer, domain, rd = policy
+    # tasks whose answer is the policy's own greedy completion: greedy scores every one, while sampling at
+    # temperature 1 departs from the greedy path on some samples, so item scores fall strictly between 0 and 1
+    tasks = rd.eval_tasks()[:24]
+    enc = tokenizer([domain.canonical_prompt(t) for t in tasks], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                             eos_token_id=tokenizer.eos_token_id)
+    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    own = [{**t, "answer": a} for t, text in zip(tasks, texts) if (a := domain.extract_answer(text)) is not None]
+    assert len(own) >= 12, texts
+
+    greedy = evaluate(model, tokenizer, domain, own, 8, "cpu")
+    assert greedy.accuracy == 1.0 and set(greedy.items.values()) == {1.0}
+
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    k = 8
+    sampled = evaluate(model, tokenizer, domain, own, 8, "cpu", batch_size=32, samples=k)
+    assert torch.equal(torch.rand(3), before), "sampling moved the caller's random state"
+    assert sorted(sampled.items) == sorted(t["id"] for t in own) and sampled.n == len(own)
+    assert all(round(v * k) == v * k for v in sampled.items.values())  # shares of k samples
+    assert any(0 < v < 1 for v in sampled.items.values()), sampled.items
+    assert sampled.accuracy == pytest.approx(sum(sampled.items.values()) / len(own))
+    by_level = {lv: [v for t in own for i, v in sampled.items.items() if i == t["id"] and t["difficulty"] == lv]
+                for lv in sampled.by_difficulty}
+    assert sampled.by_difficulty == {lv: pytest.approx(sum(v) / len(v)) for lv, v in by_level.items()}
+    # seeded: the same call gives the same items (batching included); another seed draws other samples
+    assert evaluate(model, tokenizer, domain, own, 8, "cpu", batch_size=32, samples=k).items == sampled.items
+    assert evaluate(model, tokenizer, domain, own, 8, "cpu", batch_size=32, samples=k, seed=1).items != sampled.items
+
+
+def test_the_config_carries_eval_samples_to_the_trainer():
+    from evotrainer.trainer.wire import EvalRequest, PhaseRequest
+
+    cfg = C.apply_overrides(C.parse({}), ["training.eval_samples=4"])
+    assert EvalRequest.make(cfg, "runs/x", "ckpt").samples == 4
+    assert PhaseRequest.make(cfg, "runs/x", 1, "0" * 40, "ckpt", 5).eval_samples == 4
+    assert EvalRequest.make(C.parse({}), "runs/x", "ckpt").samples == 0  # greedy by default
+    with pytest.raises(C.ConfigError, match="eval_samples"):
+        C.apply_overrides(C.parse({}), ["training.eval_samples=-1"])
