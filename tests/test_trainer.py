@@ -111,7 +111,7 @@ def test_group_filter_decides_what_trains(run_dir: RunDir):
     assert kept.eval.n == 40 and sorted(kept.eval.by_difficulty) == ["1", "2", "3", "4"]
     assert round(kept.eval.accuracy * 40, 6) == int(round(kept.eval.accuracy * 40))  # a share of 40 items
     # a finished phase is never trained twice: asking again returns the published result
-    assert run_phase(_request(run_dir, 2, repo.sha("main"))).wall_time_s == kept.wall_time_s
+    assert run_phase(_request(run_dir, 2, kept.harness_sha)).wall_time_s == kept.wall_time_s
 
 
 def test_any_local_model_path_is_used_as_is(run_dir: RunDir):
