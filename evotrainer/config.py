@@ -55,6 +55,16 @@ class PolicyConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="weights dtype: auto = bfloat16 on CUDA, float32 on CPU"
     )
+    chat: Literal["auto", "on", "off"] = Field(
+        "auto", description="prompts through the tokenizer's chat template: auto = when the tokenizer has one "
+        "(instruct models). With it, training prompts are the messages prompt.py gives (a string is one user "
+        "message) and the held-out split is asked with the domain's instruction; without it, plain text"
+    )
+
+    @field_validator("chat", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value: Any) -> Any:
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value  # YAML 1.1 on/off
 
 
 class TrainingConfig(_Section):
@@ -75,15 +85,22 @@ class TrainingConfig(_Section):
     )
     carry_optimizer: bool = Field(
         True, description="each phase starts from the last phase's AdamW moments (false: fresh optimizer state "
-        "every phase). Not with LoRA, whose adapter is merged at the end of every phase"
+        "every phase); with LoRA, the adapter's moments"
     )
     kl_reference: Literal["base", "phase_start"] = Field(
         "base", description="what the KL term (harness beta > 0) pulls toward: the run's starting policy, or each "
-        "phase's starting checkpoint"
+        "phase's starting checkpoint. With LoRA it is always the base model (the adapter switched off)"
     )
 
 
 class TrainerConfig(_Section):
+    generation: Literal["hf", "vllm"] = Field(
+        "hf", description="how phases generate rollouts: hf = transformers' generate; vllm = vLLM through TRL's "
+        "colocate integration (CUDA only, the gpu extra)"
+    )
+    vllm_gpu_memory_utilization: float = Field(
+        0.3, gt=0, lt=1, description="share of the GPU's memory the colocated vLLM engine takes (generation: vllm)"
+    )
     url: str | None = Field(
         None, description="URL of a running trainer service; empty starts a local one on loopback"
     )

@@ -27,6 +27,17 @@ HARNESS_VIEW = ("phase", "step", "group_id", "sample_idx", "task", "task_id", "d
                 "completion_tokens", "truncated", "reward", "reward_components", "advantage")
 
 
+def as_text(value: str | list[dict]) -> str:
+    """A prompt or completion as text. prompt.py may return chat messages and TRL hands a chat-template policy's
+    prompts and completions as messages: a prompt becomes ``role: content`` lines, a completion (one assistant
+    message) its content."""
+    if isinstance(value, str):
+        return value
+    if len(value) == 1 and value[0].get("role") == "assistant":
+        return value[0]["content"]
+    return "\n".join(f"{m['role']}: {m['content']}" for m in value)
+
+
 def harness_view(row: dict, task: dict, *, decided: bool = False) -> dict:
     """One rollout as harness code sees it: the HARNESS_VIEW fields (``task`` is the training task, answer
     included); with ``decided``, also ``kept`` and the advantage it trained with (what diagnostics see)."""

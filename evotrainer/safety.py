@@ -41,6 +41,7 @@ from evotrainer.contracts import Candidate, Check
 from evotrainer.harness import HarnessRepo, KnobsError, read_knobs
 from evotrainer.harness_files import tree_problems
 from evotrainer.replay import replay
+from evotrainer.rollouts import as_text
 from sandbox import HarnessError, HarnessWorker, attempts_log
 
 SAFETY_CHECKS = ("harness_tree", "variable", "prompts", "prompt_leak", "tests_kept", "main_tests", "diagnostics_kept",
@@ -85,7 +86,8 @@ def _run(candidate: Candidate, base: Any, cand_dir: Path, wc: HarnessWorker, hyb
          hybrid: HarnessWorker) -> list[Check]:
     checks: list[Check] = []
     tasks = _tasks(base.rollouts, base.tasks)
-    checks += _list(_safe("prompts", lambda: _prompts(base.worker.prompts(tasks), wc.prompts(tasks), tasks)))
+    checks += _list(_safe("prompts", lambda: _prompts([as_text(p) for p in base.worker.prompts(tasks)],
+                                                             [as_text(p) for p in wc.prompts(tasks)], tasks)))
     try:
         read_knobs(cand_dir)
     except KnobsError:

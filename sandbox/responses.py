@@ -107,7 +107,16 @@ def check(op: str, request: dict, result: Any) -> Any:
                 raise ResponseError("the filter decisions of a group are not one boolean per rollout")
     elif op == "prompts":
         for prompt in _list(result, _count(request["tasks"]), "the prompts"):
-            _text(prompt, "a prompt")
+            if type(prompt) is list:  # chat messages
+                for message in _list(prompt, None, "a prompt's messages")[:MAX_NAMES]:
+                    if type(message) is not dict or set(message) != {"role", "content"} \
+                            or message["role"] not in ("system", "user", "assistant"):
+                        raise ResponseError("a prompt message is not {role: system|user|assistant, content: str}")
+                    _text(message["content"], "a prompt message's content")
+                if not prompt or len(prompt) > MAX_NAMES:
+                    raise ResponseError(f"a prompt has no messages or more than {MAX_NAMES}")
+            else:
+                _text(prompt, "a prompt")
     elif op == "curriculum":
         weights = _mapping(result, "the curriculum weights")
         if sorted(weights) != sorted(str(level) for level in request["levels"]):

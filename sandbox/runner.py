@@ -160,14 +160,17 @@ class Runner:
         self.exiting = True
         return "bye"
 
-    def op_prompts(self, req: dict) -> list[str]:
+    def op_prompts(self, req: dict) -> list:
         make_prompt = self.attr("prompt", "make_prompt", callable)
         out = []
         for task in _field(req, "tasks", list):
             prompt = make_prompt(task)
-            if type(prompt) is not str:
-                raise ContractError(f"{self.where(make_prompt)} make_prompt returned "
-                                    f"{type(prompt).__name__}, expected str")
+            messages = type(prompt) is list and prompt and all(
+                type(m) is dict and set(m) == {"role", "content"} and m["role"] in ("system", "user", "assistant")
+                and type(m["content"]) is str for m in prompt)
+            if type(prompt) is not str and not messages:
+                raise ContractError(f"{self.where(make_prompt)} make_prompt returned {type(prompt).__name__}, expected "
+                                    f"str or a list of {{role: system|user|assistant, content: str}} messages")
             out.append(prompt)
         return out
 

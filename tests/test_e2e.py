@@ -14,6 +14,7 @@ from pathlib import Path
 import git
 import pandas as pd
 import psutil
+import pytest
 
 from evotrainer.contracts import Rollout
 from evotrainer.harness import parse_trailers
@@ -94,6 +95,7 @@ def check_finished_run(run_dir: Path, phases: int, env: dict) -> dict:
     return status
 
 
+@pytest.mark.slow  # a full 2-phase run through the CLI (3 minutes); the fast suite runs the pieces
 def test_two_phase_run_through_the_real_trainer_service(tmp_path: Path, cli_env):
     run_dir = tmp_path / "run"
     cli(init_args(run_dir, phases=2), cli_env)

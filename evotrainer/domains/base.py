@@ -27,6 +27,10 @@ class Domain(ABC):
     def canonical_prompt(self, task: Task) -> str:
         """The evaluator's prompt for a task: used for held-out eval, so scores stay comparable across harnesses."""
 
+    def instruction(self, task: Task) -> str:
+        """The evaluator's question to an instruct model (one user message through its chat template)."""
+        return task["question"]
+
     @abstractmethod
     def extract_answer(self, completion: str) -> str | None:
         """The answer a completion gives, or None when it gives none in the domain's format."""

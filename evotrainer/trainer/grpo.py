@@ -5,7 +5,7 @@ How the harness reaches TRL (all harness code runs in the sandbox worker, never 
     harness.yaml        -> GRPOConfig (learning rate, group size, temperature, max completion length, loss type,
                            KL beta, clip epsilons, reward scaling, truncation masking) and reward/curriculum weights
     curriculum.py       -> how many tasks of each difficulty level the phase samples from the training pool
-    prompt.py           -> the prompt of each sampled task
+    prompt.py           -> the prompt of each sampled task (text, or chat messages for a chat-template policy)
     rewards.py          -> one TRL reward function (the weighted sum of the harness's components)
     filters.py          -> the GRPOTrainer subclass of ``hooks.py`` drops the rollouts and groups the filters
                            reject from the batch before the loss (TRL's core has no hook for this)
@@ -35,8 +35,9 @@ from evotrainer.domains import get_domain
 from evotrainer.harness import HarnessRepo, read_knobs
 from evotrainer.rollouts import group_stats, level_history, read_rollouts, write_rollouts
 from evotrainer.trainer.dashboards import trl_args
+from evotrainer.trainer.generation import grpo_args
 from evotrainer.trainer.hooks import HarnessHooks, lr_multiplier, make_trainer_class
-from evotrainer.trainer.model import evaluate, load_policy, resolve_device
+from evotrainer.trainer.model import evaluate, load_policy, resolve_device, uses_chat
 from evotrainer.trainer.wire import PhaseRequest, PilotResult
 
 Progress = Callable[[dict[str, Any]], None]
@@ -59,6 +60,22 @@ def sample_tasks(pool: list[dict], weights: dict[str, float], n: int, rng: rando
     return out
 
 
+def policy_prompt(prompt: str | list[dict], chat: bool) -> str | list[dict]:
+    """What prompt.py gave, as the policy reads it: messages for a chat-template policy (a string is one user
+    message; TRL applies the template), plain text otherwise (the messages' contents, one per line)."""
+    if chat:
+        return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    return prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
+
+
+def stop_ids(model, tokenizer) -> list[int]:
+    """Token ids that end a completion (the tokenizer's eos and the generation config's): one missing = truncated."""
+    ids = {tokenizer.eos_token_id}
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(eos if isinstance(eos, list) else [eos])
+    return sorted(i for i in ids if i is not None)
+
+
 def _atomic_dir(final: Path) -> Path:
     tmp = final.with_name(final.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -76,7 +93,8 @@ class Trained:
     device: str
     domain: Any
     rd: Any
-    optimizer_state: dict | None  # AdamW's state (None with LoRA: the adapter is merged, its moments mean nothing)
+    optimizer_state: dict | None  # AdamW's state (with LoRA, the adapter's)
+    chat: str  # policy.chat: how the evaluator prompts this policy
 
 
 def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int) -> Trained:
@@ -107,13 +125,15 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
         weights = worker.curriculum(domain.levels, knobs.curriculum_weights, history)
         prompts_per_batch = req.prompts_per_step * knobs.oversample  # dynamic sampling generates more, trains P
         tasks = sample_tasks(rd.train_tasks(), weights, req.steps * prompts_per_batch, random.Random(task_seed))
-        prompts = worker.prompts(tasks)
+        model, tokenizer, peft_config = load_policy(req.init_checkpoint, device, req.dtype, req.lora, req.lora_rank)
+        chat = uses_chat(tokenizer, req.chat)
+        prompts = [policy_prompt(p, chat) for p in worker.prompts(tasks)]
         dataset = Dataset.from_list([
             {"prompt": p, "task_json": json.dumps(t), "task_id": t["id"]} for p, t in zip(prompts, tasks)
         ])
-        model, tokenizer, peft_config = load_policy(req.init_checkpoint, device, req.dtype, req.lora, req.lora_rank)
-        if knobs.beta > 0 and req.reference_checkpoint:  # TRL builds the KL reference from the config's path
-            model.config._name_or_path = req.reference_checkpoint
+        if knobs.beta > 0 and req.reference_checkpoint and not req.lora:
+            model.config._name_or_path = req.reference_checkpoint  # TRL builds the KL reference from this path
+            # (with LoRA, TRL's reference is the base model with the adapter switched off)
         optimizer_state = Path(req.init_checkpoint) / OPTIMIZER_STATE
         if not (req.carry_optimizer and optimizer_state.is_file()):
             optimizer_state = None
@@ -142,6 +162,7 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
             logging_steps=1,
             save_strategy="no",
             **trl_args(req),  # dashboards (training.report_to): report_to, run_name, project
+            **grpo_args(req.generation, req.vllm_gpu_memory_utilization, device),  # hf or vLLM (colocate)
             seed=req.seed + req.phase + 1000 * req.replicate,
             bf16=device == "cuda" and req.dtype != "float32",
             use_cpu=device == "cpu",
@@ -149,7 +170,7 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
             log_completions=False,
             dataloader_num_workers=0,
         )
-        hooks = HarnessHooks(worker, knobs, domain, req.phase, req.harness_sha, [tokenizer.eos_token_id])
+        hooks = HarnessHooks(worker, knobs, domain, req.phase, req.harness_sha, stop_ids(model, tokenizer))
         train_logs: dict[str, list[float]] = defaultdict(list)
 
         class _Progress(TrainerCallback):
@@ -167,12 +188,10 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
             schedule=lambda k: lr_multiplier(knobs, req.step_offset + k // knobs.updates_per_batch, req.run_steps),
         )
         trainer.train()
-        model = trainer.model
-        moments = None if req.lora else trainer.optimizer.state_dict()
-        if req.lora:
-            model = model.merge_and_unload()
+        model = trainer.model  # with LoRA a PeftModel: saved as its adapter, which the next phase trains on
+        moments = trainer.optimizer.state_dict()
     shutil.rmtree(scratch, ignore_errors=True)
-    return Trained(model, tokenizer, hooks, train_logs, device, domain, rd, moments)
+    return Trained(model, tokenizer, hooks, train_logs, device, domain, rd, moments, req.chat)
 
 
 def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseResult:
@@ -192,7 +211,7 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
 
     progress({"stage": "eval", "step": req.steps, "total": req.steps})
     result_eval = evaluate(out.model, out.tokenizer, out.domain, rd.eval_tasks(), req.eval_max_new_tokens, out.device,
-                           samples=req.eval_samples)
+                           samples=req.eval_samples, chat=req.chat)
     rollout_path = rd.rollout_file(req.phase)
     write_rollouts(hooks.rollouts, rollout_path)
     stats = group_stats([r.model_dump() for r in hooks.rollouts])
@@ -251,7 +270,7 @@ def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotRe
         progress({"stage": "probe", "step": req.steps, "total": req.steps})
         tasks = rd.eval_tasks() if req.held_out else rd.probe_tasks(req.probe_size)
         probe = evaluate(trained.model, trained.tokenizer, trained.domain, tasks, req.eval_max_new_tokens,
-                         trained.device, samples=req.eval_samples)
+                         trained.device, samples=req.eval_samples, chat=req.chat)
     return PilotResult(harness_sha=req.harness_sha, steps=req.steps, replicate=req.replicate, rollout_path=str(out),
                        stats=group_stats([r.model_dump() for r in trained.hooks.rollouts]), probe=probe,
                        wall_time_s=round(time.time() - t0, 2))

@@ -17,7 +17,7 @@ from typing import Any
 
 from evotrainer.contracts import Rollout
 from evotrainer.harness import Knobs
-from evotrainer.rollouts import harness_view
+from evotrainer.rollouts import as_text, harness_view
 from evotrainer.scoring import batch_advantages, capacity_cut, masked, total_reward, trains
 
 
@@ -84,7 +84,9 @@ def make_trainer_class():
             return self.lr_scheduler
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            if self._skip_update:  # every rollout of this batch was filtered out
+            # every rollout of this batch was filtered out. With several processes the rank still runs the loss
+            # (its mask is all zeros: a zero gradient), or the others would wait for its gradients forever
+            if self._skip_update and self.accelerator.num_processes == 1:
                 return torch.zeros((), device=inputs["advantages"].device, requires_grad=True)
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
@@ -109,10 +111,12 @@ def make_trainer_class():
                 for key, value in list(output.items()):
                     if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == n:
                         output[key] = value.index_select(0, idx.to(value.device))
-                mask = output["completion_mask"]
-                if "tool_mask" in output:
-                    mask = mask * output["tool_mask"]
-                output["num_items_in_batch"] = mask.sum()
+            mask = output["completion_mask"]
+            if "tool_mask" in output:
+                mask = mask * output["tool_mask"]
+            # the loss normaliser counts the tokens that train on every process, as TRL's own does (gathered on
+            # every rank, whatever it kept: a collective call that one rank skipped would hang the others)
+            output["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
             self.hooks.log(batch, kept, advantages)
             return output
 
@@ -141,7 +145,7 @@ class HarnessHooks:
         samples = []
         for prompt, completion, ids, task in zip(prompts, completions, completion_ids, tasks):
             truncated = not ids or ids[-1] not in self.eos_ids
-            samples.append({"prompt": prompt, "completion": completion, "task": task, "truncated": truncated,
+            samples.append({"prompt": as_text(prompt), "completion": as_text(completion), "task": task, "truncated": truncated,
                             "completion_tokens": len(ids)})
         components = self.worker.score(samples)
         totals = []

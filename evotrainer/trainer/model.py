@@ -1,7 +1,8 @@
 """Loading a policy and scoring it: the evaluator's held-out evaluation (greedy, or sampled pass@1 with k samples).
 
-``load_policy`` loads any transformers checkpoint (a Hugging Face id or a local folder) with its tokenizer, in the
-dtype the device wants, and the LoRA config when asked. ``evaluate`` scores a model on evaluator tasks with the
+``load_policy`` loads any transformers checkpoint (a Hugging Face id or a local folder, or a LoRA adapter folder
+over its base) with its tokenizer, in the dtype the device wants, and the LoRA config when asked. ``uses_chat``
+and ``eval_prompt`` decide how the evaluator asks an instruct model (through its chat template). ``evaluate`` scores a model on evaluator tasks with the
 domain's canonical prompt and verifier, so accuracy is comparable across harness versions. Used by the trainer
 service (phases and ``POST /evaluate``).
 """
@@ -9,6 +10,7 @@ service (phases and ``POST /evaluate``).
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 from evotrainer.contracts import EvalResult
 
@@ -26,16 +28,35 @@ class PolicyLoadError(RuntimeError):
     """The policy could not be loaded: a missing path, an unknown Hugging Face id, or no way to download it."""
 
 
+def is_adapter(path: str) -> bool:
+    """A LoRA checkpoint: a folder holding a PEFT adapter (``adapter_config.json``) over a named base model."""
+    return (Path(path) / "adapter_config.json").is_file()
+
+
 def load_policy(path: str, device: str, dtype: str, lora: bool, lora_rank: int):
+    """(model, tokenizer, peft_config) for ``path``: a full checkpoint, a Hugging Face id, or a LoRA adapter folder.
+
+    An adapter folder (what a phase saves when LoRA is on) loads its base model and the adapter on top, trainable,
+    so the next phase goes on training the same adapter (peft_config is then None: the model is already a
+    PeftModel). A full checkpoint with ``lora`` gets a fresh adapter config for TRL to wrap the model with.
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = torch.float32
     if dtype == "bfloat16" or (dtype == "auto" and device == "cuda"):
         torch_dtype = torch.bfloat16
+    adapter = is_adapter(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        if adapter:
+            from peft import PeftConfig, PeftModel
+
+            base = PeftConfig.from_pretrained(path).base_model_name_or_path
+            model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch_dtype), path,
+                                              is_trainable=True)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     except (OSError, ValueError) as err:  # transformers' way of saying "not found" / "cannot download"
         first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
         raise PolicyLoadError(f"could not load the policy {path!r}: {first}") from err
@@ -43,7 +64,7 @@ def load_policy(path: str, device: str, dtype: str, lora: bool, lora_rank: int):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     peft_config = None
-    if lora:
+    if lora and not adapter:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, target_modules="all-linear",
@@ -51,16 +72,37 @@ def load_policy(path: str, device: str, dtype: str, lora: bool, lora_rank: int):
     return model, tokenizer, peft_config
 
 
+def uses_chat(tokenizer, setting: str) -> bool:
+    """Whether prompts go through the tokenizer's chat template (``policy.chat``: auto, on or off)."""
+    if setting == "on" and not getattr(tokenizer, "chat_template", None):
+        raise PolicyLoadError("policy.chat is on but the policy's tokenizer has no chat template")
+    return setting == "on" or (setting == "auto" and bool(getattr(tokenizer, "chat_template", None)))
+
+
+def eval_prompt(tokenizer, domain, task: dict, chat: bool) -> str:
+    """The evaluator's prompt of a held-out task: the canonical text, or the domain's instruction as one user
+    message through the chat template. Fixed by the evaluator, never by the harness, so scores stay comparable."""
+    if not chat:
+        return domain.canonical_prompt(task)
+    return tokenizer.apply_chat_template([{"role": "user", "content": domain.instruction(task)}],
+                                         add_generation_prompt=True, tokenize=False)
+
+
 def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, device: str,
-             batch_size: int = 128, samples: int = 0, seed: int = 0) -> EvalResult:
+             batch_size: int = 128, samples: int = 0, seed: int = 0, chat: str = "auto") -> EvalResult:
     """Held-out evaluation with the evaluator's canonical prompt and verifier.
 
     ``samples`` = 0: one greedy completion per task, item score 0 or 1. ``samples`` = k > 0: sampled pass@1, k
     completions per task at temperature 1 (no top-k/top-p), item score = the share the verifier accepts; the
     sampling is seeded by ``seed`` (the caller's random state is left as it was), so two checkpoints scored on the
-    same tasks draw from the same random stream. ``batch_size`` counts completions per generate call.
+    same tasks draw from the same random stream. ``batch_size`` counts completions per generate call. ``chat``
+    is ``policy.chat`` (see ``uses_chat``).
     """
     import torch
+
+    as_chat = uses_chat(tokenizer, chat)
+    # the chat template already starts the text with its special tokens: the tokenizer must not add them again
+    encode = dict(add_special_tokens=False) if as_chat else {}
 
     model.eval()
     k = max(samples, 1)
@@ -75,7 +117,8 @@ def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, d
         torch.manual_seed(seed)
         for i in range(0, len(tasks), per_call):
             chunk = tasks[i : i + per_call]
-            enc = tokenizer([domain.canonical_prompt(t) for t in chunk], return_tensors="pt", padding=True).to(device)
+            enc = tokenizer([eval_prompt(tokenizer, domain, t, as_chat) for t in chunk], return_tensors="pt",
+                            padding=True, **encode).to(device)
             with torch.no_grad():
                 out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                                      eos_token_id=eos, **sampling)

@@ -134,7 +134,7 @@ def create_app() -> FastAPI:
             raise HTTPException(422, str(err)) from None
         model.to(dev)
         result = evaluate(model, tokenizer, get_domain(req.domain), RunDir(req.run_dir).eval_tasks(),
-                          req.max_new_tokens, dev, samples=req.samples)
+                          req.max_new_tokens, dev, samples=req.samples, chat=req.chat)
         return result.model_dump(mode="json")
 
     @app.post("/shutdown")

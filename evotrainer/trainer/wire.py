@@ -36,6 +36,7 @@ class PhaseRequest(_Wire):
     dtype: str = Field("auto", description="auto, float32 or bfloat16")
     lora: bool = Field(False, description="train a LoRA adapter instead of all weights")
     lora_rank: int = Field(16, ge=1, description="LoRA rank")
+    chat: str = Field("auto", description="prompts through the tokenizer's chat template: auto, on or off")
     eval_max_new_tokens: int = Field(16, ge=1, description="generation budget of the held-out evaluation")
     eval_samples: int = Field(0, ge=0, description="held-out decoding: 0 = greedy, k = sampled pass@1 with k samples")
     threads: int = Field(0, ge=0, description="torch CPU threads (0 = all cores)")
@@ -50,6 +51,8 @@ class PhaseRequest(_Wire):
     probe_size: int = Field(0, ge=0, description="a pilot scores this many probe tasks from the training pool")
     held_out: bool = Field(False, description="a pilot scores the held-out split instead (a counterfactual phase)")
     report_to: list[str] = Field(default_factory=list, description="dashboards TRL reports to (training.report_to)")
+    generation: str = Field("hf", description="rollout generation: hf or vllm (trainer.generation)")
+    vllm_gpu_memory_utilization: float = Field(0.3, description="GPU memory share of the colocated vLLM engine")
     run_name: str = Field("", description="the run's name: dashboards tag each phase with it")
 
     @classmethod
@@ -61,11 +64,12 @@ class PhaseRequest(_Wire):
             run_dir=str(run_dir), phase=phase, harness_sha=harness_sha, init_checkpoint=init_checkpoint, steps=steps,
             prompts_per_step=cfg.training.prompts_per_step, seed=cfg.seed, domain=cfg.domain,
             device=cfg.policy.device, dtype=cfg.policy.dtype, lora=cfg.policy.lora, lora_rank=cfg.policy.lora_rank,
-            eval_max_new_tokens=cfg.training.eval_max_new_tokens, threads=cfg.training.threads,
+            chat=cfg.policy.chat, eval_max_new_tokens=cfg.training.eval_max_new_tokens, threads=cfg.training.threads,
             eval_samples=cfg.training.eval_samples,
-            report_to=list(cfg.training.report_to), run_name=cfg.name,
+            report_to=list(cfg.training.report_to), run_name=cfg.name, generation=cfg.trainer.generation,
+            vllm_gpu_memory_utilization=cfg.trainer.vllm_gpu_memory_utilization,
             sandbox=cfg.sandbox, pilot=pilot, step_offset=(phase - 1) * per_phase, run_steps=cfg.phases * per_phase,
-            carry_optimizer=cfg.training.carry_optimizer and not cfg.policy.lora,
+            carry_optimizer=cfg.training.carry_optimizer,
             reference_checkpoint=base_policy if cfg.training.kl_reference == "base" else init_checkpoint,
         )
 
@@ -78,12 +82,13 @@ class EvalRequest(_Wire):
     samples: int = Field(0, ge=0, description="0 = greedy, k = sampled pass@1 with k samples per task")
     device: str = Field("auto", description="auto, cpu or cuda")
     dtype: str = Field("auto", description="auto, float32 or bfloat16")
+    chat: str = Field("auto", description="prompts through the tokenizer's chat template: auto, on or off")
 
     @classmethod
     def make(cls, cfg: Config, run_dir: str, checkpoint: str) -> "EvalRequest":
         return cls(run_dir=str(run_dir), checkpoint=checkpoint, domain=cfg.domain,
                    max_new_tokens=cfg.training.eval_max_new_tokens, device=cfg.policy.device, dtype=cfg.policy.dtype,
-                   samples=cfg.training.eval_samples)
+                   samples=cfg.training.eval_samples, chat=cfg.policy.chat)
 
 
 class PilotResult(_Wire):

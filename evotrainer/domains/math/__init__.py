@@ -18,8 +18,10 @@ demo (``policy.model: tiny`` after its warm-up, see ``evotrainer.policy``): leve
 level 4 mostly all-wrong ones, and levels 2-3 the mixed groups that carry signal. A real model can use the same
 levels or harder ones.
 
-The canonical prompt is the compact expression plus ``=``; the verifier reads the completion up to its first
-newline and accepts it when it is an integer literal equal to the answer.
+The canonical prompt is the compact expression plus ``=``; an instruct model (chat template) is asked "What is
+37 - 5 + 8? Reply with only the number." instead. The verifier reads the completion up to its first newline and
+accepts it when it is an integer literal equal to the answer, or ends in ``= <integer>`` / ``answer is <integer>``
+(an optional final period) with that integer equal to the answer.
 
 This package is the evaluator's side (tasks, canonical prompt, verifier). Beside it, ``interventions.py`` holds
 the Engineer's math-only harness edits; only ``agents.playbook`` imports it, lazily, so nothing here imports
@@ -47,6 +49,7 @@ LEVELS: dict[str, list[Shape]] = {
 }
 
 _INT = re.compile(r"[+-]?\d+")
+_FINAL = re.compile(r"(?:=|answer is:?)\s*([+-]?\d+)\.?$", re.IGNORECASE)
 
 
 def _operands(digits: int) -> range:
@@ -136,9 +139,15 @@ class MathDomain(Domain):
     def canonical_prompt(self, task: Task) -> str:
         return task["expression"].replace(" ", "") + "="
 
+    def instruction(self, task: Task) -> str:
+        return f"What is {task['expression']}? Reply with only the number."
+
     def extract_answer(self, completion: str) -> str | None:
         text = completion.split("\n", 1)[0].strip()
-        return text if _INT.fullmatch(text) else None
+        if _INT.fullmatch(text):
+            return text
+        final = _FINAL.search(text)  # an instruct model's "37 - 5 + 8 = 40." or "The answer is 40."
+        return final.group(1) if final else None
 
     def verify(self, task: Task, completion: str) -> bool:
         answer = self.extract_answer(completion)
