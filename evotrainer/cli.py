@@ -91,6 +91,10 @@ def _check_start(cfg) -> None:
 
     if cfg.trainer.url is None and (problem := check(cfg.trainer.generation, cfg.policy.device)):
         raise ConfigError(problem)  # a remote trainer service is checked when it trains
+    if cfg.state.url:  # the shared checkpoint store answers (and its tables exist)
+        from evotrainer.graph import check_state
+
+        check_state(cfg.state.url)
     if cfg.agents.uses_llm():  # litellm is imported only when a role uses an LLM
         from agents.llm import check_agents
 

@@ -173,7 +173,18 @@ class SkillsConfig(_Section):
         None, description="Chroma folder of the skill library; empty = skills/ inside the run directory "
         "(point several runs at one folder to share what they learn)"
     )
+    url: str | None = Field(
+        None, description="URL of a shared Chroma server (e.g. http://10.0.0.5:8000, started with `chroma run`) "
+        "holding the skill library of many runs; empty = the folder of skills.path"
+    )
     top_k: int = Field(3, ge=1, description="skills retrieved per diagnosis")
+
+
+class StateConfig(_Section):
+    url: str | None = Field(
+        None, description="postgresql://user@host:port/db: keep the loop's LangGraph checkpoints in a shared Postgres "
+        "(each run its own thread, RUN_DIR/run_id; needs the teams extra); empty = RUN_DIR/state.sqlite"
+    )
 
 
 class TasksConfig(_Section):
@@ -201,6 +212,7 @@ class Config(_Section):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="where harness code runs")
     agents: AgentsConfig = Field(default_factory=AgentsConfig, description="the five specialist roles")
     skills: SkillsConfig = Field(default_factory=SkillsConfig, description="the Librarian's skill library")
+    state: StateConfig = Field(default_factory=StateConfig, description="where the loop's checkpoints live")
     gates: list[Literal["before_promote"]] = Field(
         default_factory=list, description="where the run waits for a person: before_promote pauses before merging "
         "into main until `evotrainer approve RUN_DIR` (or --revise \"feedback\", --abort); empty = unattended")

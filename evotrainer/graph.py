@@ -1,11 +1,12 @@
-"""Wiring: the loop's steps (``evotrainer/loop/``) as a LangGraph state machine, checkpointed to SQLite after each.
+"""Wiring: the loop's steps (``evotrainer/loop/``) as a LangGraph state machine, checkpointed after each step to
+SQLite (``RUN_DIR/state.sqlite``) or, with ``state.url``, to a shared Postgres (one thread per run).
 
     train -> diagnose -> critique -> engineer -> backtest -> promote -> librarian -> (stop | train)
                  ^           |                       |              |
                  +-- more evidence (bounded)         |              +-- the gate's --revise: back to engineer
                                                      +-- all rejected: back to engineer (bounded)
 
-A killed run resumes at the step it was in (``invoke(None, THREAD)``); every step is safe to re-run.
+A killed run resumes at the step it was in (``invoke(None, thread(rd, cfg))``); every step is safe to re-run.
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ import contextlib
 import sqlite3
 import time
 from functools import partial
-from pathlib import Path
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
+from evotrainer.config import ConfigError
 from evotrainer.loop import backtest, critique, diagnose, engineer, keep_discard, librarian, promote, train
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState, serializer
 
-THREAD = {"configurable": {"thread_id": "run"}, "recursion_limit": 100_000}
+THREAD = {"configurable": {"thread_id": "run"}, "recursion_limit": 100_000}  # a run's own SQLite file: one thread
 STEPS = {"train": train, "diagnose": diagnose, "critique": critique, "engineer": engineer, "backtest": backtest,
          "promote": promote, "librarian": librarian, "keep_discard": keep_discard}
 AFTER_TRAIN = {"evolve": "diagnose", "static": "librarian", "keep_discard": "keep_discard"}  # evolution.mode
@@ -55,11 +56,50 @@ def _logged(rt: Runtime, name: str, step, state: RunState) -> dict:
     return out
 
 
+def thread(rd, cfg) -> dict:
+    """The run's thread: "run" in its own SQLite file; its ``run_id`` in a Postgres that many runs share."""
+    if not cfg.state.url:
+        return THREAD
+    return {**THREAD, "configurable": {"thread_id": rd.run_id}}
+
+
 @contextlib.contextmanager
-def open_checkpointer(path: Path):
-    """The run's SQLite checkpointer; every step's output is committed before the next step starts."""
-    conn = sqlite3.connect(str(path), check_same_thread=False)
+def open_checkpointer(rd, cfg):
+    """The run's checkpointer; every step's output is committed before the next step starts."""
+    if cfg.state.url:
+        with _postgres(cfg.state.url) as saver:
+            yield saver
+        return
+    conn = sqlite3.connect(str(rd.state_db), check_same_thread=False)
     try:
         yield SqliteSaver(conn, serde=serializer())
+    finally:
+        conn.close()
+
+
+def check_state(url: str) -> None:
+    """Raise ConfigError (one line) unless the Postgres of ``state.url`` answers; creates its tables."""
+    with _postgres(url):
+        pass
+
+
+@contextlib.contextmanager
+def _postgres(url: str):
+    try:
+        import psycopg
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg.rows import dict_row
+    except ImportError:
+        raise ConfigError("state.url: a Postgres checkpointer needs langgraph-checkpoint-postgres and psycopg "
+                          "(pip install 'evotrainer[teams]')") from None
+    try:
+        conn = psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row, connect_timeout=10)
+    except psycopg.OperationalError as err:
+        first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), "cannot connect")
+        raise ConfigError(f"state.url: cannot connect to Postgres: {first}") from None
+    try:
+        saver = PostgresSaver(conn, serde=serializer())
+        saver.setup()  # creates or migrates its tables; safe to repeat
+        yield saver
     finally:
         conn.close()

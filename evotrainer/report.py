@@ -149,16 +149,11 @@ _NOTE_SHOWN = {"branch", "candidate_sha", "base_sha", "target_metric", "checks",
                "runtime_s", "rollouts", "sandbox"}
 
 
-def skills(path: Path, used_by: dict[str, list[str]]) -> list[dict]:
-    """The skill store's records, read under its shared lock (no write, no generation bump), or none."""
-    if not (path / "chroma.sqlite3").is_file():
-        return []
-    from evotrainer.skills import _folder, _skill  # the store's own reader: one definition of a stored skill
+def skills(location, used_by: dict[str, list[str]]) -> list[dict]:
+    """The skill store's records (a folder or a Chroma server), read without writing, or none."""
+    from evotrainer.skills import stored_skills
 
-    with _folder(path).access(write=False) as folder:
-        found = folder.collection("skills").get(include=["metadatas"])
-    records = sorted((_skill(m) for m in found["metadatas"] or []), key=lambda s: s.id)
-    return [{**s.model_dump(mode="json"), "used_by": used_by.get(s.id, [])} for s in records]
+    return [{**s.model_dump(mode="json"), "used_by": used_by.get(s.id, [])} for s in stored_skills(location)]
 
 
 def agent_usage(rd: RunDir) -> tuple[list[dict], dict[str, list[str]]]:

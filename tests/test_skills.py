@@ -274,3 +274,74 @@ def test_fresh_offline_processes_read_and_update_one_store_concurrently(store: S
     assert sorted((e["by"], e["i"]) for e in skill.evidence) == sorted((t, i) for t in "ab" for i in range(10))
     assert len(store) == 6
     assert {s.id for s, _ in store.search("trigger written", failure_mode="shared", k=5)} == {"from-a", "from-b"}
+
+
+@pytest.fixture
+def chroma_server(tmp_path: Path):
+    """A real Chroma server process (``chroma run``) on a free loopback port, data in a temporary folder."""
+    import shutil
+    import socket
+    import time
+    import urllib.request
+
+    exe = Path(sys.executable).parent / "chroma"
+    if not exe.exists():
+        exe = Path(shutil.which("chroma") or "chroma")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+    proc = subprocess.Popen([str(exe), "run", "--path", str(tmp_path / "server"), "--host", "127.0.0.1", "--port",
+                             str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=1)
+                break
+            except OSError:
+                assert proc.poll() is None, "the chroma server exited at start"
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_shared_chroma_server_holds_one_library_for_several_processes(chroma_server: str, tmp_path: Path) -> None:
+    """skills.url: this process writes through the server, a fresh process (network only to loopback) finds and
+    updates the skills, this process sees the update; the report's reader reads it without writing."""
+    from evotrainer.skills import stored_skills
+
+    store = SkillStore(chroma_server)
+    for skill_id in ("drop-dead-groups", "raise-max-length", "mask-truncated"):
+        store.add(make_skill(skill_id))
+    script = """
+        import json, sys
+        from evotrainer.skills import SkillStore
+        skills = SkillStore(sys.argv[1])
+        hit = skills.search("groups where every completion gets the same reward", k=1)[0][0].id
+        skills.record_use(hit, won=True, evidence={"by": "second process"})
+        print(json.dumps({"top": hit, "n": len(skills)}))
+    """
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script), chroma_server], capture_output=True,
+                          text=True, timeout=300, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"top": "drop-dead-groups", "n": 3}
+    skill = store.get("drop-dead-groups")
+    assert (skill.uses, skill.wins, skill.evidence) == (1, 1, [{"by": "second process"}])
+    assert [s.id for s in stored_skills(chroma_server)] == ["drop-dead-groups", "mask-truncated", "raise-max-length"]
+    assert not (tmp_path / "skills").exists()  # nothing was written locally
+
+
+def test_a_skills_url_with_no_server_is_one_readable_error() -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ConnectionError, match=f"skills.url: no Chroma server answers at http://127.0.0.1:{port}"):
+        SkillStore(f"http://127.0.0.1:{port}")
+    with pytest.raises(ValueError, match="is not an http"):
+        SkillStore("http://")

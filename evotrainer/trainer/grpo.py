@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from evotrainer.contracts import PhaseResult
 from evotrainer.domains import get_domain
-from evotrainer.harness import HarnessRepo, read_knobs
+from evotrainer.harness import HarnessRepo, Knobs, read_knobs
 from evotrainer.rollouts import group_stats, level_history, read_rollouts, write_rollouts
 from evotrainer.trainer.dashboards import trl_args
 from evotrainer.trainer.generation import grpo_args
@@ -74,6 +74,46 @@ def stop_ids(model, tokenizer) -> list[int]:
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids.update(eos if isinstance(eos, list) else [eos])
     return sorted(i for i in ids if i is not None)
+
+
+def grpo_config(req: PhaseRequest, knobs: Knobs, device: str, output_dir: Path) -> dict[str, Any]:
+    """The GRPOConfig arguments of a phase: harness knobs, the request's settings, dashboards and generation backend.
+
+    One definition, used by every phase and pilot and by ``benchmarks/gpu_phase.py``'s plain-TRL baseline, so the
+    baseline trains with exactly the phase's configuration.
+    """
+    return dict(
+        output_dir=str(output_dir),
+        learning_rate=knobs.learning_rate,
+        num_generations=knobs.group_size,
+        per_device_train_batch_size=req.prompts_per_step * knobs.oversample * knobs.group_size,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_iterations=knobs.updates_per_batch,
+        max_steps=req.steps * knobs.updates_per_batch,
+        max_grad_norm=knobs.max_grad_norm,
+        weight_decay=knobs.weight_decay,
+        lr_scheduler_type="constant",  # replaced by the run-level schedule (hooks.lr_multiplier)
+        temperature=knobs.temperature,
+        max_completion_length=knobs.max_completion_length,
+        loss_type=knobs.loss_type,
+        beta=knobs.beta,
+        epsilon=knobs.epsilon,
+        epsilon_high=knobs.epsilon_high,
+        scale_rewards=knobs.scale_rewards,
+        mask_truncated_completions=knobs.mask_truncated_completions,
+        shuffle_dataset=False,
+        logging_steps=1,
+        save_strategy="no",
+        **trl_args(req),  # dashboards (training.report_to): report_to, run_name, project
+        **grpo_args(req.generation, req.vllm_gpu_memory_utilization, device),  # hf or vLLM (colocate)
+        seed=req.seed + req.phase + 1000 * req.replicate,
+        bf16=device == "cuda" and req.dtype != "float32",
+        use_cpu=device == "cpu",
+        disable_tqdm=True,
+        log_completions=False,
+        dataloader_num_workers=0,
+    )
 
 
 def _atomic_dir(final: Path) -> Path:
@@ -138,38 +178,7 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
         if not (req.carry_optimizer and optimizer_state.is_file()):
             optimizer_state = None
         shutil.rmtree(scratch, ignore_errors=True)
-        args = GRPOConfig(
-            output_dir=str(scratch),
-            learning_rate=knobs.learning_rate,
-            num_generations=knobs.group_size,
-            per_device_train_batch_size=prompts_per_batch * knobs.group_size,
-            gradient_accumulation_steps=1,
-            steps_per_generation=1,
-            num_iterations=knobs.updates_per_batch,
-            max_steps=req.steps * knobs.updates_per_batch,
-            max_grad_norm=knobs.max_grad_norm,
-            weight_decay=knobs.weight_decay,
-            lr_scheduler_type="constant",  # replaced by the run-level schedule (hooks.lr_multiplier)
-            temperature=knobs.temperature,
-            max_completion_length=knobs.max_completion_length,
-            loss_type=knobs.loss_type,
-            beta=knobs.beta,
-            epsilon=knobs.epsilon,
-            epsilon_high=knobs.epsilon_high,
-            scale_rewards=knobs.scale_rewards,
-            mask_truncated_completions=knobs.mask_truncated_completions,
-            shuffle_dataset=False,
-            logging_steps=1,
-            save_strategy="no",
-            **trl_args(req),  # dashboards (training.report_to): report_to, run_name, project
-            **grpo_args(req.generation, req.vllm_gpu_memory_utilization, device),  # hf or vLLM (colocate)
-            seed=req.seed + req.phase + 1000 * req.replicate,
-            bf16=device == "cuda" and req.dtype != "float32",
-            use_cpu=device == "cpu",
-            disable_tqdm=True,
-            log_completions=False,
-            dataloader_num_workers=0,
-        )
+        args = GRPOConfig(**grpo_config(req, knobs, device, scratch))
         hooks = HarnessHooks(worker, knobs, domain, req.phase, req.harness_sha, stop_ids(model, tokenizer))
         train_logs: dict[str, list[float]] = defaultdict(list)
 
