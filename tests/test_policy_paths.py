@@ -148,3 +148,15 @@ def test_the_config_reaches_the_trainer_request():
     assert (req.chat, req.generation, req.vllm_gpu_memory_utilization) == ("off", "vllm", 0.6)
     assert req.carry_optimizer  # a LoRA adapter's moments carry like full weights'
     assert EvalRequest.make(cfg, "runs/x", "ckpt").chat == "off"
+
+
+def test_a_completion_budget_beyond_the_context_window_is_one_readable_error(tmp_path: Path):
+    from evotrainer.trainer.grpo import check_budget
+    from evotrainer.trainer.model import load_policy
+
+    model, tokenizer, _ = load_policy(str(_tiny(tmp_path, chat=True)), "cpu", "float32", False, 8)
+    prompt = [{"role": "user", "content": "What is 12 + 7? Reply with only the number."}]
+    check_budget(model, tokenizer, [prompt], 24, chat=True)  # fits the 96-position window
+    with pytest.raises(ValueError, match=r"max_completion_length 90 \+ the longest prompt \(\d+ tokens\) exceed "
+                                         r"the policy's context window of 96 tokens"):
+        check_budget(model, tokenizer, [prompt], 90, chat=True)

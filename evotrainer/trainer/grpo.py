@@ -68,6 +68,20 @@ def policy_prompt(prompt: str | list[dict], chat: bool) -> str | list[dict]:
     return prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
 
 
+def check_budget(model, tokenizer, prompts: list, max_completion_length: int, chat: bool) -> None:
+    """Raise ValueError (one line) when prompt + completion budget cannot fit the model's context window."""
+    window = getattr(model.config, "max_position_embeddings", None)
+    if not window or not prompts:
+        return
+    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) if chat else p
+             for p in prompts]
+    longest = max(len(tokenizer(t, add_special_tokens=not chat)["input_ids"]) for t in texts)
+    if longest + max_completion_length > window:
+        raise ValueError(f"max_completion_length {max_completion_length} + the longest prompt ({longest} tokens) "
+                         f"exceed the policy's context window of {window} tokens: lower max_completion_length in "
+                         f"harness.yaml, or use a model with a longer window")
+
+
 def stop_ids(model, tokenizer) -> list[int]:
     """Token ids that end a completion (the tokenizer's eos and the generation config's): one missing = truncated."""
     ids = {tokenizer.eos_token_id}
@@ -171,6 +185,7 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
         dataset = Dataset.from_list([
             {"prompt": p, "task_json": json.dumps(t), "task_id": t["id"]} for p, t in zip(prompts, tasks)
         ])
+        check_budget(model, tokenizer, prompts[:64], knobs.max_completion_length, chat)
         if knobs.beta > 0 and req.reference_checkpoint and not req.lora:
             model.config._name_or_path = req.reference_checkpoint  # TRL builds the KL reference from this path
             # (with LoRA, TRL's reference is the base model with the adapter switched off)
