@@ -56,8 +56,8 @@ _model: Any = None
 _model_load_s: float | None = None
 _model_lock = threading.Lock()
 
-_folders: dict[str, "_Place"] = {}
-_folders_lock = threading.Lock()
+_places: dict[str, "_Place"] = {}
+_places_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -185,7 +185,6 @@ class _Server(_Place):
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"skills.url: {url!r} is not an http(s) URL of a Chroma server")
-        self.path = url
         self.lock = threading.Lock()
         self._collections = {}
         try:
@@ -268,15 +267,15 @@ def is_url(location: str | Path) -> bool:
 def _place(location: str | Path) -> _Place:
     """The process-wide handle of a store: a Chroma server URL, or a folder (created on first use)."""
     key = location if is_url(location) else str(Path(location).expanduser().resolve())
-    with _folders_lock:
-        place = _folders.get(key)
+    with _places_lock:
+        place = _places.get(key)
         if place is None:
             if is_url(location):
                 place = _Server(key)
             else:
                 Path(key).mkdir(parents=True, exist_ok=True)
                 place = _Folder(Path(key))
-            _folders[key] = place
+            _places[key] = place
         return place
 
 

@@ -46,6 +46,15 @@ def keep_group(group):
 ''' % sorted(HARNESS_VIEW)
 
 
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on (for servers the tests start, and for ones they don't)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def task(i: int, level: str = "1", answer: str = "9") -> dict:
     return {"id": f"train-{level}-{i}", "difficulty": level, "question": "", "expression": "4 + 5",
             "answer": answer}

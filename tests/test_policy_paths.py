@@ -117,7 +117,9 @@ def test_a_lora_checkpoint_is_an_adapter_that_loads_trainable_over_its_base(tmp_
     assert torch.allclose(again(x).logits, wrapped(x).logits, atol=1e-5)
 
 
-def test_generation_maps_to_trls_vllm_colocate_or_says_why_it_cannot():
+def test_generation_maps_to_trls_vllm_colocate_or_says_why_it_cannot(monkeypatch):
+    from evotrainer.trainer import generation
+
     assert grpo_args("hf", 0.3, "cpu") == {"use_vllm": False}
     assert check("vllm", "cpu") == "trainer.generation: vllm needs a CUDA device (policy.device is cpu here); use hf"
     with pytest.raises(ValueError, match="trainer.generation: vllm"):
@@ -127,6 +129,10 @@ def test_generation_maps_to_trls_vllm_colocate_or_says_why_it_cannot():
                                                   "vllm_gpu_memory_utilization": 0.5}
     else:
         assert "vllm is not installed" in check("vllm", "cuda")
+        # where vLLM can run (checked above), the mapping is TRL's colocate mode with the configured memory share
+        monkeypatch.setattr(generation, "check", lambda *_: None)
+        assert grpo_args("vllm", 0.5, "cuda") == {"use_vllm": True, "vllm_mode": "colocate",
+                                                  "vllm_gpu_memory_utilization": 0.5}
 
 
 def test_init_refuses_vllm_it_cannot_run_in_one_line(tmp_path: Path, cli_env):

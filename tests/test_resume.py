@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EVOTRAINER, cli
+from tests.conftest import EVOTRAINER, cli, free_port
 from tests.test_e2e import check_finished_run, init_args, trainer_processes
 
 
@@ -115,7 +115,6 @@ def postgres() -> str:
     """A real Postgres server (the system's initdb/postgres, run as the postgres user when we are root) on a free
     loopback port; its URL. Skipped, saying why, where Postgres or its Python driver is missing."""
     import shutil
-    import socket
 
     pytest.importorskip("langgraph.checkpoint.postgres", reason="needs the teams extra (langgraph-checkpoint-postgres)")
     bindir = next((p for p in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), None)
@@ -138,9 +137,7 @@ def postgres() -> str:
         as_user = ["runuser", "-u", "postgres", "--"]
     subprocess.run([*as_user, initdb, "-D", str(root / "data"), "-A", "trust", "-U", "evo"], check=True,
                    capture_output=True, timeout=120)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([*as_user, server, "-D", str(root / "data"), "-k", str(root), "-h", "127.0.0.1", "-p",
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"postgresql://evo@127.0.0.1:{port}/postgres"

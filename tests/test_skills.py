@@ -280,16 +280,15 @@ def test_fresh_offline_processes_read_and_update_one_store_concurrently(store: S
 def chroma_server(tmp_path: Path):
     """A real Chroma server process (``chroma run``) on a free loopback port, data in a temporary folder."""
     import shutil
-    import socket
     import time
     import urllib.request
+
+    from tests.conftest import free_port
 
     exe = Path(sys.executable).parent / "chroma"
     if not exe.exists():
         exe = Path(shutil.which("chroma") or "chroma")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
     proc = subprocess.Popen([str(exe), "run", "--path", str(tmp_path / "server"), "--host", "127.0.0.1", "--port",
                              str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -336,11 +335,9 @@ def test_a_shared_chroma_server_holds_one_library_for_several_processes(chroma_s
 
 
 def test_a_skills_url_with_no_server_is_one_readable_error() -> None:
-    import socket
+    from tests.conftest import free_port
 
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     with pytest.raises(ConnectionError, match=f"skills.url: no Chroma server answers at http://127.0.0.1:{port}"):
         SkillStore(f"http://127.0.0.1:{port}")
     with pytest.raises(ValueError, match="is not an http"):
