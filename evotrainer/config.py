@@ -33,7 +33,9 @@ class TinyPolicyConfig(_Section):
     num_layers: int = Field(3, ge=1, description="transformer layers of the tiny model")
     num_heads: int = Field(4, ge=1, description="attention heads of the tiny model")
     max_length: int = Field(64, ge=16, description="longest prompt+completion the tiny model is built for")
-    warmup_steps: int = Field(1200, ge=0, description="most supervised warm-up steps on the training split")
+    warmup_steps: int = Field(
+        3000, ge=0, description="most supervised warm-up steps on the training split (it stops earlier once the "
+        "probe reaches warmup_target_accuracy: about 2,500 steps for the default tiny model)")
     warmup_batch_size: int = Field(64, ge=1, description="examples per supervised warm-up step")
     warmup_lr: float = Field(3e-3, gt=0, description="learning rate of the supervised warm-up")
     warmup_target_accuracy: float = Field(

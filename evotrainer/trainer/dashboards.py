@@ -7,9 +7,12 @@ own ``report_to``; nothing here logs a metric itself, TRL's callbacks do. Every 
     tensorboard  event files in ``RUN_DIR/tensorboard/phase-NNNN`` (TRL's TensorBoardCallback reads the directory
                  from ``TENSORBOARD_LOGGING_DIR``; its "args" text holds the run name, phase and sha);
                  ``tensorboard --logdir RUN_DIR/tensorboard`` shows the phases side by side
-    wandb        run name as above, ``WANDB_TAGS`` = evotrainer, run:<name>, phase:<n>, harness:<sha[:12]>, and
-                 ``WANDB_RUN_GROUP`` = the run's name; project from ``WANDB_PROJECT`` as usual
-    trackio      run name as above, TRL's ``project`` = the run's name
+    wandb        run name as above, tags evotrainer, run:<name>, phase:<n>, harness:<sha[:12]>, group = the run's
+                 name, project from ``WANDB_PROJECT`` (default: the run's name), files under ``WANDB_DIR`` (default:
+                 RUN_DIR); one wandb run per phase, opened before and finished after its training (``phase_runs``);
+                 ``WANDB_MODE=offline`` works as usual (``wandb sync RUN_DIR/wandb/offline-run-*`` later)
+    trackio      run name as above, TRL's ``project`` = the run's name; stored locally (``TRACKIO_DIR``, default
+                 trackio's own), never pushed to a Space by EvoTrainer (``trackio show`` opens it)
 
 Pilots (the short A/B trainings that judge an edit) report nowhere: they are not the run's training.
 Try it alone: ``python -m evotrainer.trainer.dashboards`` prints what phase 1 of a tensorboard run would get.
@@ -17,6 +20,7 @@ Try it alone: ``python -m evotrainer.trainer.dashboards`` prints what phase 1 of
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 from pathlib import Path
@@ -49,11 +53,38 @@ def trl_args(req: PhaseRequest) -> dict[str, Any]:
     name = run_name(req)
     if "tensorboard" in req.report_to:
         os.environ["TENSORBOARD_LOGGING_DIR"] = str(tensorboard_dir(req.run_dir, req.phase))
-    if "wandb" in req.report_to:
-        os.environ["WANDB_TAGS"] = ",".join(
-            ["evotrainer", f"run:{req.run_name}", f"phase:{req.phase}", f"harness:{req.harness_sha[:12]}"])
-        os.environ["WANDB_RUN_GROUP"] = req.run_name or name
-    return {"report_to": list(req.report_to), "run_name": name, "project": req.run_name or "evotrainer"}
+    args: dict[str, Any] = {"report_to": list(req.report_to), "run_name": name, "project": req.run_name or "evotrainer"}
+    if "trackio" in req.report_to:
+        args["trackio_static_space_id"] = False  # no Space: a run's metrics stay on this machine
+    return args
+
+
+def wandb_init_args(req: PhaseRequest) -> dict[str, Any]:
+    """The phase's wandb run: named, grouped and tagged with the run, phase and harness sha; files in the run."""
+    return {
+        "project": os.environ.get("WANDB_PROJECT") or req.run_name or "evotrainer",
+        "name": run_name(req), "group": req.run_name or run_name(req),
+        "tags": ["evotrainer", f"run:{req.run_name}", f"phase:{req.phase}", f"harness:{req.harness_sha[:12]}"],
+        "dir": os.environ.get("WANDB_DIR") or str(req.run_dir),
+    }
+
+
+@contextlib.contextmanager
+def phase_runs(req: PhaseRequest):
+    """Around a phase's training: open its wandb run (TRL's callback then logs into it instead of opening one from
+    settings wandb reads once per process, which would tag every later phase as the first) and finish it after,
+    even when training fails (the trainer service would otherwise log the next phase into it). Trackio's callback
+    opens and finishes its own run."""
+    wandb = None
+    if "wandb" in req.report_to and not req.pilot:
+        import wandb
+
+        wandb.init(**wandb_init_args(req))
+    try:
+        yield
+    finally:
+        if wandb is not None and wandb.run is not None:
+            wandb.finish()
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from evotrainer.contracts import PhaseResult
 from evotrainer.domains import get_domain
 from evotrainer.harness import HarnessRepo, Knobs, read_knobs
 from evotrainer.rollouts import group_stats, level_history, read_rollouts, write_rollouts
-from evotrainer.trainer.dashboards import trl_args
+from evotrainer.trainer.dashboards import phase_runs, trl_args
 from evotrainer.trainer.generation import grpo_args
 from evotrainer.trainer.hooks import HarnessHooks, lr_multiplier, make_trainer_class
 from evotrainer.trainer.model import evaluate, load_policy, resolve_device, uses_chat
@@ -211,7 +211,8 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
             peft_config=peft_config, callbacks=[_Progress()], harness_hooks=hooks, optimizer_state=optimizer_state,
             schedule=lambda k: lr_multiplier(knobs, req.step_offset + k // knobs.updates_per_batch, req.run_steps),
         )
-        trainer.train()
+        with phase_runs(req):  # dashboards (training.report_to): one run per phase
+            trainer.train()
         model = trainer.model  # with LoRA a PeftModel: saved as its adapter, which the next phase trains on
         moments = trainer.optimizer.state_dict()
     shutil.rmtree(scratch, ignore_errors=True)
