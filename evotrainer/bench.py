@@ -38,6 +38,25 @@ ARMS = {
 }
 
 
+def run_dir_name(arm: str, seed: int) -> str:
+    """The folder of one arm-seed run inside a bench folder."""
+    return f"{arm}-seed{seed}"
+
+
+def arms_beside(root: Path) -> dict[str, Path]:
+    """The arms of the bench that the run at ``root`` belongs to, with the same seed (itself included), in arm
+    order; empty when it is not a bench run (its folder is not ``<arm>-seed<N>`` beside other arms)."""
+    root = Path(root)
+    for arm in ARMS:
+        prefix = f"{arm}-seed"
+        if root.name.startswith(prefix) and root.name[len(prefix):].isdigit():
+            seed = int(root.name[len(prefix):])
+            found = {a: root.parent / run_dir_name(a, seed) for a in ARMS}
+            found = {a: p for a, p in found.items() if (p / "config.yaml").is_file()}
+            return found if len(found) > 1 else {}
+    return {}
+
+
 def _config(arm: str, seed: int, phases: int, tasks: dict | None, overrides: list[str]) -> config_mod.Config:
     cfg = config_mod.parse({**(tasks or {}), "name": f"bench-{arm}-seed{seed}"}, "--tasks")
     return config_mod.apply_overrides(cfg, [f"seed={seed}", f"phases={phases}", *overrides, *ARMS[arm]])
@@ -70,7 +89,7 @@ def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: 
     quiet = Reporter(quiet=True)
     with reporter.progress("bench", len(arms) * len(seeds)) as bar:
         for i, (seed, arm) in enumerate((s, a) for s in seeds for a in arms):
-            rd = RunDir(out / f"{arm}-seed{seed}")
+            rd = RunDir(out / run_dir_name(arm, seed))
             bar(step=i, total=len(arms) * len(seeds), stage=f"{arm}, seed {seed}")
             if not rd.exists():
                 rd.init(_config(arm, seed, phases, tasks, list(overrides)), log=lambda _: None)

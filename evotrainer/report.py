@@ -14,7 +14,8 @@ module only reads; ``report_html.py`` and ``report_charts.py`` render. The sourc
     agents              events.jsonl: steps per role (``agent`` events) and LLM calls, tokens, cost when logged
     samples             per phase the best, the worst and a truncated rollout
 
-Not shown yet: a bench's arms on one chart (there is no bench to belong to yet).
+    bench               when the run is one arm of ``evotrainer bench`` (``BENCH/<arm>-seed<N>``): every arm of
+                        the same seed, held-out accuracy per phase, on one chart; the bench's table when written
 Try it alone: ``python -m evotrainer.report RUN_DIR`` writes RUN_DIR/report.html and prints its size.
 """
 
@@ -194,6 +195,27 @@ def agent_usage(rd: RunDir) -> tuple[list[dict], dict[str, list[str]]]:
     return sorted(rows, key=lambda r: r["role"]), dict(used_by)
 
 
+def bench_arms(rd: RunDir) -> dict[str, Any] | None:
+    """The bench this run belongs to: per arm (same seed), held-out accuracy at the start and after each phase,
+    and the bench's summary (bench.json) once it has been written. None for a run outside a bench."""
+    import json
+
+    from evotrainer.bench import arms_beside
+
+    arms = arms_beside(rd.root)
+    if not arms:
+        return None
+    curves = {}
+    for arm, root in arms.items():
+        other = RunDir(root)
+        base = other.baseline()
+        curves[arm] = ([(0, base.accuracy)] if base else []) + [(r.phase, r.eval.accuracy) for r in phase_results(other)]
+    summary_file = rd.root.parent / "bench.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else None
+    this = next(a for a, root in arms.items() if root.resolve() == rd.root.resolve())
+    return {"this": this, "curves": curves, "summary": summary}
+
+
 def collect(rd: RunDir) -> dict[str, Any]:
     """Everything the report shows, as plain data."""
     cfg = rd.load_config()
@@ -222,6 +244,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
         "skills": skills(rd.skills_path(cfg), used_by),
         "agents": agents,
         "samples": samples,
+        "bench": bench_arms(rd),
     }
 
 

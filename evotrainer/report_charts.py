@@ -7,6 +7,7 @@ Each function takes the plain data of ``evotrainer.report.collect`` and returns 
     training   train reward and verified rate per phase
     health     small multiples: dead groups, kept fraction, truncation, completion length (per step and per
                phase), entropy, KL, grad norm (per phase, where the trainer logged them)
+    bench      a bench's arms (same seed): held-out accuracy per phase, one line per arm, this run's arm bold
     lineage    the harness as a graph: main per phase, the candidates of each phase, promoted ones merging into
                the next phase's main; every candidate node links to its card in the report
 
@@ -102,6 +103,31 @@ def accuracy(rows: list[dict], phases: list[dict]) -> str:
         _versions(bottom, phases)
         _phase_axis(bottom, xs)
         return _svg(fig, "accuracy")
+
+
+ARM_COLORS = {"static": "#757575", "reference": "#ef6c00", "keep_discard": "#6a1b9a", "evotrainer": "#1565c0"}
+
+
+def bench(data: dict) -> str:
+    with matplotlib.rc_context(_STYLE):
+        fig = _figure(11, 3.6)
+        ax = fig.subplots()
+        xs: set[int] = set()
+        for arm, curve in data["curves"].items():
+            if not curve:
+                continue
+            this = arm == data["this"]
+            ax.plot([p for p, _ in curve], [a for _, a in curve], "o-", color=ARM_COLORS.get(arm, "black"),
+                    lw=2.6 if this else 1.4, alpha=1 if this else 0.8, label=arm + (" (this run)" if this else ""))
+            phase, acc = curve[-1]
+            ax.annotate(f"{acc:.1%}", (phase, acc), xytext=(6, 0), textcoords="offset points", va="center",
+                        fontsize=8, color=ARM_COLORS.get(arm, "black"))
+            xs.update(p for p, _ in curve)
+        ax.set_ylabel("held-out accuracy")
+        ax.set_title("Bench arms, same seed, tasks, evaluator and training budget", loc="left")
+        ax.legend(loc="best", fontsize=8)
+        _phase_axis(ax, sorted(xs))
+        return _svg(fig, "bench")
 
 
 def training(phases: list[dict]) -> str:

@@ -67,7 +67,7 @@ def headline(d: dict) -> str:
             (esc(run["main"][:8]), "harness main now")]
     boxes = "".join(f"<div class=kpi><b>{v}</b><span>{k}</span></div>" for v, k in kpis)
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (("phases", "phases"), ("accuracy", "accuracy"),
-                  ("health", "health"), ("lineage", "lineage"), ("skills", "skills"), ("agents", "agents"),
+                  *((("bench", "bench"),) if d.get("bench") else ()), ("health", "health"), ("lineage", "lineage"), ("skills", "skills"), ("agents", "agents"),
                   ("samples", "samples")))
     return (f"<h1>EvoTrainer run <code>{esc(run['name'])}</code></h1>"
             f"<p class=sub>{esc(run['domain'])} &middot; policy {esc(run['model'])} &middot; {esc(run['root'])} "
@@ -171,12 +171,32 @@ def samples(d: dict) -> str:
     return "".join(parts)
 
 
+def bench(d: dict) -> str:
+    """The bench this run is an arm of: the arms' chart, and the bench's table once the bench has finished."""
+    b = d.get("bench")
+    if not b:
+        return ""
+    table = ""
+    if b["summary"]:
+        rows = []
+        for arm, a in b["summary"]["arms"].items():
+            vs = a.get("vs_static")
+            rows.append([esc(arm), _pct(a["accuracy"]),
+                         esc(", ".join(f"{_pct(v)}" for v in a["per_seed"].values())),
+                         f"{vs['diff']:+.1%} [{vs['low']:+.1%}, {vs['high']:+.1%}]" if vs else "-",
+                         f"{a['wall_s']:.0f} s", _pct(a.get("outside_training"))])
+        table = _table(["arm", "final accuracy (mean)", "per seed", "minus static [95% paired]", "wall",
+                        "outside training"], rows, {1, 3, 4, 5})
+    return (f'<h2 id="bench">Bench: this run is the <code>{esc(b["this"])}</code> arm</h2>'
+            + charts.bench(b) + table)
+
+
 def render(d: dict) -> str:
     has = bool(d["phases"])
     body = [headline(d), phase_table(d),
             '<h2 id="accuracy">Held-out accuracy and training</h2>',
             charts.accuracy(d["accuracy"], d["phases"]) if d["accuracy"] else "<p class=note>no phase yet</p>",
-            charts.training(d["phases"]) if has else "",
+            charts.training(d["phases"]) if has else "", bench(d),
             '<h2 id="health">Health</h2>', charts.health(d["phases"], d["steps"]) if has else "",
             lineage(d), skills(d), agents(d), samples(d)]
     text = resources.files("evotrainer").joinpath(TEMPLATE).read_text(encoding="utf-8")

@@ -51,6 +51,9 @@ def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_pa
     assert set(summary["arms"]) == {"static", "reference", "keep_discard", "evotrainer"}
     data = json.loads((tmp_path / "bench" / "bench.json").read_text())
     assert data["arms"]["evotrainer"]["vs_static"]["n"] == 40 and (tmp_path / "bench" / "bench.md").is_file()
+    # the last arm's report (written after each of its phases) draws every arm of its seed on one chart
+    page = (tmp_path / "bench" / "evotrainer-seed0" / "report.html").read_text()
+    assert 'data-chart="bench"' in page and "evotrainer (this run)" in page and "keep_discard" in page
     steps = {}
     for arm in summary["arms"]:
         rd = RunDir(tmp_path / "bench" / f"{arm}-seed0")

@@ -87,6 +87,31 @@ def test_report_shows_phases_candidates_and_loads_nothing(run_dir: Path, env: di
     assert refs and all(r.startswith("#") for r in refs), [r for r in refs if not r.startswith("#")]
 
 
+def test_a_bench_arm_shows_every_arm_of_its_seed_on_one_chart(run_dir: Path, env: dict, tmp_path: Path):
+    """Two arms of a bench folder (copies of the finished run, so their curves coincide) and the bench's table."""
+    from evotrainer import bench
+
+    folder = tmp_path / "bench"
+    for arm in ("static", "evotrainer"):
+        shutil.copytree(run_dir, folder / bench.run_dir_name(arm, 0), ignore=shutil.ignore_patterns("*.safetensors"))
+    outside = tmp_path / "lone" / "evotrainer-seed0"  # an arm-like name with no other arm beside it
+    shutil.copytree(run_dir, outside, ignore=shutil.ignore_patterns("*.safetensors", "checkpoints", "policy"))
+    assert bench.arms_beside(outside) == {} and bench.arms_beside(run_dir) == {}
+    assert list(bench.arms_beside(folder / "evotrainer-seed0")) == ["static", "evotrainer"]
+
+    cli(["report", str(folder / "evotrainer-seed0")], env)
+    page = (folder / "evotrainer-seed0" / "report.html").read_text()
+    assert page.count('<svg class="chart"') == 5 and 'data-chart="bench"' in page and 'href="#bench"' in page
+    assert "this run is the <code>evotrainer</code> arm" in page and "evotrainer (this run)" in page
+    assert "minus static" not in page  # no bench.json yet: the bench has not finished
+    outcomes = {arm: {0: bench._outcome(RunDir(folder / bench.run_dir_name(arm, 0)))} for arm in ("static", "evotrainer")}
+    (folder / "bench.json").write_text(json.dumps({**bench.summarize(outcomes, [0]), "seeds": [0]}))
+    cli(["report", str(folder / "static-seed0")], env)
+    page = (folder / "static-seed0" / "report.html").read_text()
+    assert "static (this run)" in page and "minus static [95% paired]" in page and "+0.0% [+0.0%, +0.0%]" in page
+    assert page.count('<svg class="chart"') == 5 and "<script" not in page.lower()
+
+
 def test_rollout_text_is_escaped(hostile_run: Path, env: dict):
     cli(["report", str(hostile_run)], env)
     page = (hostile_run / "report.html").read_text()
