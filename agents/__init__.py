@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import BaseModel, Field
+
 from evotrainer.config import Config
 from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, EvalResult, PhaseResult, Promotion, Skill
 from evotrainer.domains.base import Domain
@@ -46,10 +48,25 @@ class PhaseEvidence:
         return self.results[-1]
 
 
+class MetricProposal(BaseModel):
+    """A diagnostics metric the Critic wants as a gate: added to main's ``diagnostics.py`` once it is validated on
+    earlier phases' rollouts (``evotrainer.loop.new_metric``); later candidates that push it past its threshold are
+    then rejected by the backtest like any registered diagnostic."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{2,40}$", description="registry name, snake_case")
+    help: str = Field(min_length=1, max_length=200, description="what it measures, one line")
+    code: str = Field(min_length=10, max_length=4000, description="one Python function `def NAME(rollouts):` "
+                      "returning a float from the phase's rollouts (dicts of the harness's rollout view)")
+    min: float | None = Field(None, description="alert when the value falls below this")
+    max: float | None = Field(None, description="alert when the value rises above this")
+    reason: str = Field(min_length=1, max_length=600, description="which failure it guards against, and why now")
+
+
 @dataclass
 class Critique:
     diagnoses: list[Diagnosis]
     needs_more_evidence: bool = False
+    metric: MetricProposal | None = None  # a gate the Critic wants on main (validated before it lands)
 
 
 @dataclass

@@ -6,7 +6,8 @@ diagnosis whose estimate crosses the threshold while its interval straddles it i
 rounds are left, the Critic sends the batch back to the Diagnostician with more phases in view; otherwise it
 rejects it as unproven. Confirmed diagnoses are ranked by severity x confidence and capped.
 
-:class:`LLMCritic` (``agents.critic.model`` set to an LLM) challenges each diagnosis with its own queries.
+:class:`LLMCritic` (``agents.critic.model`` set to an LLM) challenges each diagnosis with its own queries, and may
+propose a diagnostics metric that becomes a gate on later candidates once validated.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agents import Critique, PhaseEvidence
+from agents import Critique, MetricProposal, PhaseEvidence
 from agents.evidence_tools import EvidenceTools, ToolCall, investigate
 from agents.llm import LLMRole, UseBuiltin
 from evotrainer.contracts import Diagnosis
@@ -69,6 +70,8 @@ class Verdict(BaseModel):
 
 class CriticStep(ToolCall):
     verdicts: list[Verdict] = Field(default_factory=list, description="with action 'answer': one per diagnosis")
+    metric: MetricProposal | None = Field(None, description="with action 'answer', optionally: a diagnostics "
+                                          "metric to add to main as a gate on later candidates")
 
 
 class LLMCritic(LLMRole):
@@ -76,7 +79,9 @@ class LLMCritic(LLMRole):
 
     A revised diagnosis goes on to the Engineer in its corrected form; ``more_evidence`` sends the batch back to
     the Diagnostician while evidence rounds are left, else the diagnosis is rejected as unproven. The top
-    ``max_confirmed`` (severity x confidence) go on. Prompt: ``agents/prompts/critic.md``.
+    ``max_confirmed`` (severity x confidence) go on. It may also propose one diagnostics metric (``metric``), which
+the loop validates on earlier phases and commits to main as a gate (``evotrainer.loop.new_metric``). Prompt:
+``agents/prompts/critic.md``.
     """
 
     role = "critic"
@@ -110,7 +115,9 @@ class LLMCritic(LLMRole):
         finally:
             tools.close()
         verdicts = {v.id: v for v in step.verdicts} if step else {}
-        return self.apply(diagnoses, verdicts, rounds_left)
+        critique = self.apply(diagnoses, verdicts, rounds_left)
+        critique.metric = step.metric if step else None
+        return critique
 
     def apply(self, diagnoses: list[Diagnosis], verdicts: dict[str, Verdict], rounds_left: int) -> Critique:
         out, more = [], False

@@ -117,3 +117,75 @@ def test_the_gate_pauses_before_promotion_and_approve_revise_abort_resume_it(tmp
     # a run that is not waiting refuses an answer, in one line
     proc = cli(["approve", str(run_dir)], cli_env, check=False)
     assert proc.returncode == 2 and "is not waiting at a gate" in proc.stdout
+
+
+def test_the_critics_metric_is_validated_then_gates_later_candidates(tmp_path: Path, policy_cache: Path,
+                                                                      monkeypatch):
+    """Phase 1: the Critic proposes `kept_share` (min 0.99; main keeps every rollout, so it never fired): validated
+    on phase 1, merged into main, and the Engineer's candidate that filters flat groups then trips it. Phase 2: a
+    metric that is not deterministic is refused, stays on its branch with the reason, and main is untouched."""
+    from evotrainer.run import run
+
+    gate = ("def kept_share(rollouts):\n    return sum(r['kept'] for r in rollouts) / max(len(rollouts), 1)\n")
+    noisy = "def coin(rollouts):\n    import random\n    return random.random()\n"
+
+    critiques: list[int] = []
+
+    def answer(model: str, messages: list[dict]) -> str:
+        out = every_role(model, messages)
+        if role_of(messages) == "critic":
+            critiques.append(1)
+            phase = len(critiques)  # one critique per phase (the scripted Critic answers at once)
+            metric = ({"name": "kept_share", "help": "share of rollouts that train", "code": gate, "min": 0.99,
+                       "reason": "a filter that drops most groups starves the update"} if phase == 1 else
+                      {"name": "coin", "help": "a coin", "code": noisy, "max": 2.0, "reason": "testing"})
+            out = json.dumps({**json.loads(out), "metric": metric})
+        return out
+
+    monkeypatch.setenv("EVOTRAINER_CACHE", str(policy_cache))
+    run_dir = tmp_path / "gate"
+    cfg = C.apply_overrides(C.parse({"agents": {"critic": {"model": "scripted/any"},
+                                                "engineer": {"model": "scripted/any"}}}),
+                            [*FAST, "phases=2", NO_TRIALS, "evolution.max_engineer_rounds=1"])
+    with scripted(answer):
+        RunDir(run_dir).init(cfg, log=lambda m: None)
+        run(run_dir, reporter=Reporter(quiet=True))
+    assert RunDir(run_dir).status()["state"] == "done"
+    events = EventLog(run_dir / "events.jsonl")
+    added, refused = list(events.read("metric_proposal"))
+    assert added["outcome"] == "added" and added["would_fire"] == [] and added["phase"] == 1
+    assert added["validation"]["phases"][0]["value"] == 1.0
+    assert refused["outcome"] == "refused" and "not deterministic" in refused["reason"]
+    repo = git.Repo(run_dir / "harness")
+    main_diag = repo.git.show("main:diagnostics.py")
+    assert "@metric('kept_share', min=0.99" in main_diag and "coin" not in main_diag
+    merge = repo.commit(added["main"])
+    assert "Proposed-By: critic" in merge.message and "would have fired on none" in merge.message
+    assert json.loads(repo.git.notes("--ref=metric", "show", added["main"]))["refused"] == ""
+    assert "Refused: phase 1: not deterministic" in repo.commit("metrics/phase-2-coin").message
+    # the phase-1 candidate was judged after the gate landed, and tripped it
+    (first,) = [e for e in events.read("verdict") if e["phase"] == 1]
+    assert first["verdict"] == "reject"
+    note = json.loads(repo.git.notes("--ref=backtest", "show", repo.commit(first["branch"]).hexsha))
+    checks = {c["name"]: c for c in note["checks"]}
+    assert checks["diagnostic:kept_share"]["passed"] is False and checks["diagnostic:kept_share"]["base"] == 1.0
+
+
+def test_a_metric_that_is_not_one_function_or_has_no_threshold_is_refused_before_it_runs():
+    from agents import MetricProposal
+    from evotrainer.loop.new_metric import source
+
+    def proposal(code: str, **bounds) -> MetricProposal:
+        return MetricProposal(name="m_x", help="h", code=code, reason="r", **bounds)
+
+    ok = source(proposal("def m_x(rollouts):\n    return 0.0\n", max=1.0))
+    assert ok.startswith("\n\n@metric('m_x', max=1.0, help='h')") and ok.endswith("return 0.0\n")
+    for code, bounds, why in [
+        ("def m_x(rollouts:\n    return 0", {"max": 1.0}, "does not parse"),
+        ("import os\ndef m_x(rollouts):\n    return 0.0", {"max": 1.0}, "exactly one"),
+        ("def m_x(a, b):\n    return 0.0", {"max": 1.0}, "exactly one"),
+        ("@metric('other')\ndef m_x(rollouts):\n    return 0.0", {"max": 1.0}, "exactly one"),
+        ("def m_x(rollouts):\n    return 0.0", {}, "alert threshold"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            source(proposal(code, **bounds))

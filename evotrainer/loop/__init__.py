@@ -3,6 +3,7 @@
     train.py       the trainer service trains a phase on main; rollouts, checkpoint, held-out eval
     diagnose.py    the Diagnostician reads the phase's evidence and says what is failing
     critique.py    the Critic confirms, rejects, or asks for more evidence (router: back to diagnose)
+    new_metric.py  a metric the Critic proposes is validated on earlier phases, then gates main's candidates
     engineer.py    the Engineer commits one single-variable candidate per confirmed diagnosis
     backtest.py    the Backtester judges each candidate (replay checks, pilots); router: back to engineer
     promote.py     passing candidates merge into main, chosen by the promotion policy (a pure function)

@@ -1,5 +1,8 @@
 """Step 3: the Critic decides which diagnoses the evidence supports, or asks for more evidence (bounded).
 
+When the Critic proposes a diagnostics metric, it is validated on earlier phases and, if it holds, merged into main
+as a gate (``new_metric.add_metric``; a refused one stays on its branch with the reason).
+
 Router ``route``: back to ``diagnose`` while a diagnosis is still ``proposed`` (a further evidence round), to the
 Engineer when one is confirmed, else straight to the Librarian (nothing to fix this phase).
 """
@@ -7,6 +10,7 @@ Engineer when one is confirmed, else straight to the Librarian (nothing to fix t
 from __future__ import annotations
 
 from evotrainer.loop.diagnose import phase_evidence
+from evotrainer.loop.new_metric import add_metric
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 
@@ -19,6 +23,8 @@ def step(rt: Runtime, state: RunState) -> dict:
             model=rt.cfg.agents.role("critic").model,
             needs_more_evidence=result.needs_more_evidence,
             verdicts={d.id: [d.status, d.critique] for d in result.diagnoses})
+    if result.metric is not None:
+        add_metric(rt, state.phase, result.metric)
     update: dict = {"diagnoses": result.diagnoses}
     if result.needs_more_evidence:
         update["evidence_round"] = state.evidence_round + 1
