@@ -76,8 +76,7 @@ def check_agents(cfg: Config) -> None:
     problems = []
     for role in roles:
         s = cfg.agents.role(role)
-        for model in (m for m in s.chain if m != HEURISTIC):
-            api_base = s.api_base if model == s.model else None
+        for model, api_base in (e for e in s.endpoints if e[0] != HEURISTIC):
             problem = _model_problem(lib, model, api_base)
             if problem:
                 problems.append(f"agents.{role}: model {model!r}: {problem}")
@@ -206,7 +205,7 @@ class Conversation:
         self.messages: list[dict] = [{"role": "system", "content": system}]
         self.index = 0  # position in the chain
         self._schema = ""  # the schema last written into the conversation
-        self.chain = settings.chain
+        self.chain = settings.endpoints  # (model, api_base), in the order tried
         self.ledger = ctx.ledger if ctx else Ledger(None, BudgetConfig())
 
     def ask(self, prompt: str, schema: type[T], check: Callable[[T], str | None] | None = None) -> T | None:
@@ -216,11 +215,11 @@ class Conversation:
             f"this JSON schema, nothing else:\n{said}" if said != self._schema else "the JSON schema given above.")})
         self._schema = said
         while self.index < len(self.chain):
-            model = self.chain[self.index]
+            model, api_base = self.chain[self.index]
             if model == HEURISTIC:
                 self._emit(model, 0, "builtin", 0.0, {}, 0.0)
                 raise UseBuiltin(f"{self.role}: chain reached heuristic")
-            answer = self._try_model(model, schema, check)
+            answer = self._try_model(model, api_base, schema, check)
             if answer is not None:
                 return answer
             self.index += 1
@@ -230,7 +229,7 @@ class Conversation:
         """Add what a tool returned (or other context) to the conversation, as the user's next turn."""
         self.messages.append({"role": "user", "content": text})
 
-    def _try_model(self, model: str, schema: type[T], check) -> T | None:
+    def _try_model(self, model: str, api_base: str | None, schema: type[T], check) -> T | None:
         lib = litellm()
         start = len(self.messages)
         for attempt in range(1, self.s.retries + 2):
@@ -241,7 +240,7 @@ class Conversation:
             usage: dict = {}
             cost = 0.0
             try:
-                resp = lib.completion(**self._request(lib, model, schema))
+                resp = lib.completion(**self._request(lib, model, api_base, schema))
                 text = resp.choices[0].message.content or ""
                 u = getattr(resp, "usage", None)
                 usage = {"prompt_tokens": getattr(u, "prompt_tokens", 0) or 0,
@@ -275,9 +274,8 @@ class Conversation:
         del self.messages[start:]
         return None
 
-    def _request(self, lib, model: str, schema: type[BaseModel]) -> dict:
+    def _request(self, lib, model: str, api_base: str | None, schema: type[BaseModel]) -> dict:
         s = self.s
-        api_base = s.api_base if model == s.model else None
         req: dict[str, Any] = {"model": model, "messages": list(self.messages), "temperature": s.temperature,
                                "max_tokens": s.max_tokens, "timeout": s.timeout, "num_retries": 0,
                                "drop_params": True, "response_format": _response_format(lib, model, schema, api_base),

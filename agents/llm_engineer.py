@@ -139,5 +139,5 @@ class LLMEngineer(LLMRole):
                                                                                     skills.get(p.diagnosis_id, [])])
             out.append(commit(ctx, by_id[p.diagnosis_id], cand, applied[k], f"{p.variable}: {p.summary}",
                               f"{by_id[p.diagnosis_id].statement}\n\nIntervention {p.intervention} written by the "
-                              f"LLM Engineer ({conv.chain[conv.index]})."))
+                              f"LLM Engineer ({conv.chain[conv.index][0]})."))
         return out

@@ -4,6 +4,8 @@
       default:   {model: heuristic, api_base: null, temperature: 0.2, max_tokens: 2048, timeout: 120,
                   retries: 2, fallbacks: [], params: {}, tool_rounds: 6}
       engineer:  {model: openai/gpt-4o-mini, fallbacks: [heuristic]}   # unset fields inherit agents.default
+      critic:    {model: openai/qwen, api_base: "http://gpu-box:8000/v1",
+                  fallbacks: [{model: openai/smollm2, api_base: "http://127.0.0.1:8080/v1"}, heuristic]}
       budget:    {max_usd: 5.0, max_tokens: null, on_exhausted: fallback}
 
 ``model`` is ``heuristic`` (the built-in deterministic agent, the offline default) or any litellm model string
@@ -34,11 +36,25 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-def _check_fallbacks(v: list[str] | None) -> list[str] | None:
-    if v and HEURISTIC in v[:-1]:
+class Fallback(_Section):
+    """A fallback on a server of its own (a bare model name in ``fallbacks`` uses its provider's endpoint)."""
+
+    model: str = Field(min_length=1, description="a litellm model string")
+    api_base: str | None = Field(None, description="URL of this model's server; empty = the provider's endpoint")
+
+
+def _model_of(entry: "str | Fallback") -> str:
+    return entry if isinstance(entry, str) else entry.model
+
+
+def _check_fallbacks(v: list | None) -> list | None:
+    names = [_model_of(m) for m in v or []]
+    if HEURISTIC in names[:-1]:
         raise ValueError("'heuristic' may only be the last fallback (nothing after it is ever tried)")
-    if v and any(not m.strip() for m in v):
+    if any(not m.strip() for m in names):
         raise ValueError("a fallback model is empty")
+    if any(not isinstance(m, str) and m.model == HEURISTIC and m.api_base for m in v or []):
+        raise ValueError("'heuristic' is the built-in agent: it has no api_base")
     return v
 
 
@@ -49,7 +65,7 @@ def _check_params(v: dict[str, Any] | None) -> dict[str, Any] | None:
     return v
 
 
-Models = Annotated[list[str], AfterValidator(_check_fallbacks)]
+Models = Annotated[list[str | Fallback], AfterValidator(_check_fallbacks)]
 Params = Annotated[dict[str, Any], AfterValidator(_check_params)]
 
 
@@ -66,8 +82,9 @@ class LLMSettings(_Section):
     timeout: float = Field(120, gt=0, description="seconds one call may take before the next fallback is tried")
     retries: int = Field(2, ge=0, description="times an invalid answer (bad JSON, schema, or an edit that does not "
                          "apply) is sent back with the error before the next fallback is tried")
-    fallbacks: Models = Field(default_factory=list, description="models tried in order when one fails; may end "
-                                 "in 'heuristic' (then the built-in agent answers)")
+    fallbacks: Models = Field(default_factory=list, description="models tried in order when one fails: a litellm "
+                              "model string, or {model, api_base} for one on a server of its own; may end in "
+                              "'heuristic' (then the built-in agent answers)")
     params: Params = Field(default_factory=dict, description="extra provider parameters passed to litellm "
                                    "(e.g. top_p, seed); never keys")
     tool_rounds: int = Field(6, ge=1, description="most tool calls (queries, samples) a role makes before it must "
@@ -75,9 +92,16 @@ class LLMSettings(_Section):
 
 
     @property
+    def endpoints(self) -> list[tuple[str, str | None]]:
+        """(model, api_base) in the order tried: the role's model on the role's api_base, then each fallback on its
+        own api_base (none for a bare model name: its provider's endpoint)."""
+        return [(self.model, self.api_base),
+                *((f, None) if isinstance(f, str) else (f.model, f.api_base) for f in self.fallbacks)]
+
+    @property
     def chain(self) -> list[str]:
         """The models tried in order: the role's model, then its fallbacks."""
-        return [self.model, *self.fallbacks]
+        return [m for m, _ in self.endpoints]
 
     @property
     def uses_llm(self) -> bool:

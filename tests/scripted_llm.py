@@ -34,7 +34,7 @@ def make_provider(answer: Answer, calls: list[dict]):
 
     class Scripted(lib.CustomLLM):
         def completion(self, model, messages, *args, **kwargs):
-            calls.append({"model": model, "messages": [dict(m) for m in messages],
+            calls.append({"model": model, "messages": [dict(m) for m in messages], "api_base": kwargs.get("api_base"),
                           "response_format": kwargs.get("optional_params", {}).get("response_format")})
             out = answer(model, messages)
             if isinstance(out, Exception):

@@ -100,6 +100,27 @@ def test_timeout_and_rate_limit_fall_through_the_chain_to_the_builtin_agent(tmp_
     assert "Timeout" in events[0]["error"] and "RateLimitError" in events[1]["error"]
 
 
+def test_each_fallback_is_called_on_its_own_server(tmp_path):
+    lib = litellm()
+
+    def answer(model, messages):
+        return lib.APIConnectionError(message="refused", model=model, llm_provider="scripted") if model == "down" \
+            else '{"word": "ok", "n": 1}'
+
+    cfg = C.parse({"agents": {"critic": {
+        "model": "scripted/down", "api_base": "http://gpu-box:8000/v1",
+        "fallbacks": [{"model": "scripted/up", "api_base": "http://127.0.0.1:8080/v1"}, "scripted/plain", "heuristic"]}}})
+    settings = cfg.agents.role("critic")
+    assert settings.chain == ["scripted/down", "scripted/up", "scripted/plain", "heuristic"]
+    assert settings.endpoints[1] == ("scripted/up", "http://127.0.0.1:8080/v1") and settings.endpoints[2][1] is None
+    with scripted(answer) as calls:
+        assert Conversation("critic", settings, ctx_for(tmp_path, {}), "sys").ask("q", Word) == Word(word="ok", n=1)
+    assert [(c["model"], c["api_base"]) for c in calls] == [("down", "http://gpu-box:8000/v1"),
+                                                          ("up", "http://127.0.0.1:8080/v1")]
+    with pytest.raises(C.ConfigError, match=r"agents\.critic\.fallbacks.*heuristic.*no api_base"):
+        C.parse({"agents": {"critic": {"fallbacks": [{"model": "heuristic", "api_base": "http://x"}]}}})
+
+
 def test_a_chain_without_heuristic_answers_nothing_and_a_valid_fallback_answers(tmp_path):
     def answer(model, messages):
         return "not json" if model == "bad" else '{"word": "ok", "n": 1}'
