@@ -128,12 +128,19 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
     from evotrainer.trainer.client import LocalService, TrainerClient, TrainerLost
     from evotrainer.trainer.wire import EvalRequest
 
+    import psutil
+
     restarts: list[str] = []
-    service = LocalService(run_dir.root, env={"EVOTRAINER_CACHE": str(policy_cache)}, on_restart=restarts.append)
+    secrets = {"OPENAI_API_KEY": "sk-test-llm", "MY_SERVICE_TOKEN": "t", "HF_TOKEN": "hf_x", "WANDB_API_KEY": "w"}
+    service = LocalService(run_dir.root, env={"EVOTRAINER_CACHE": str(policy_cache), **secrets},
+                           on_restart=restarts.append)
     client = TrainerClient(service.start(), restart=service.restart, max_restarts=1)
     base = str(run_dir.root / "policy" / "base")
     try:
         first_pid = service.proc.pid
+        seen = psutil.Process(first_pid).environ()  # the agents' keys stay with the run process
+        assert "OPENAI_API_KEY" not in seen and "MY_SERVICE_TOKEN" not in seen
+        assert seen["HF_TOKEN"] == "hf_x" and seen["WANDB_API_KEY"] == "w" and "EVOTRAINER_CACHE" in seen
         os.kill(first_pid, signal.SIGKILL)
         service.proc.wait()
         result = client.evaluate(EvalRequest(run_dir=str(run_dir.root), checkpoint=base, max_new_tokens=8))

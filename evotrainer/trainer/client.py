@@ -2,7 +2,7 @@
 
 :class:`TrainerClient` is a thin httpx client of the API in ``service.py``. :class:`LocalService` starts
 ``python -m evotrainer.trainer.service`` on loopback as a child of the run process (port chosen by the OS,
-output in ``RUN_DIR/trainer.log``), records it in ``RUN_DIR/trainer.json``, and stops it on exit. The child
+output in ``RUN_DIR/trainer.log``; the run's environment without the agents' LLM keys, :func:`service_env`), records it in ``RUN_DIR/trainer.json``, and stops it on exit. The child
 dies with its parent (parent-death signal + watcher), so a ``kill -9`` of the run leaves no orphan; a stale
 record from an earlier run process is cleaned up before a new service starts.
 
@@ -164,6 +164,19 @@ def _stop_stale(record: Path) -> None:
     record.unlink(missing_ok=True)
 
 
+# secrets the trainer itself needs: gated Hugging Face models, and wandb when training.report_to names it
+TRAINER_SECRETS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY"})
+
+
+def service_env(environ: dict[str, str]) -> dict[str, str]:
+    """The trainer service's environment: the run's, without the secrets it does not need (the agents' LLM keys
+    and any other variable whose name reads like a secret, by the config's rule ``SECRET_WORDS``)."""
+    from evotrainer.agents_config import SECRET_WORDS
+
+    return {k: v for k, v in environ.items()
+            if k in TRAINER_SECRETS or not any(w in k.lower() for w in SECRET_WORDS)}
+
+
 class LocalService:
     """A trainer service process on loopback, owned by this run process (one at a time; restartable)."""
 
@@ -187,7 +200,8 @@ class LocalService:
                "--parent-pid", str(os.getpid()), "--port-file", str(port_file)]
         with open(self.run_dir / "trainer.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         preexec_fn=_die_with_parent, env={**os.environ, **(self.env or {})})
+                                         preexec_fn=_die_with_parent,
+                                         env=service_env({**os.environ, **(self.env or {})}))
         deadline = time.time() + self.start_timeout_s
         while not port_file.exists():
             if self.proc.poll() is not None:
