@@ -3,7 +3,8 @@
 For each confirmed diagnosis (most severe first) the built-in Engineer asks the Librarian's skills first —
 interventions that won before for this failure mode, ranked by wins — then falls back to the playbook order
 (``agents.playbook.for_domain(ctx.domain)``: the generic edits plus the domain's own). It skips interventions
-already tried this phase, already present in the harness, known to lose (skills with uses but no wins), or
+already tried this phase, rejected as "no effect" on this same main in an earlier phase, already present in the
+harness, known to lose (skills with uses but no wins), or
 needing a pilot run when pilots are off. The edit is committed on ``candidates/phase-N-k`` from ``main`` with
 the hypothesis and trailers; nothing touches ``main``. After ``evolution.escalate_after`` phases in a row with
 nothing promoted (``ctx.escalation``) it only edits layers not edited during the stall, or, with none left,
@@ -45,7 +46,7 @@ class HeuristicEngineer:
                 ) -> list[Candidate]:
         files = {name: ctx.repo.show_file(ctx.base_sha, name) for name in HARNESS_FILES}
         out: list[Candidate] = []
-        used = set(ctx.tried)
+        used = set(ctx.tried) | set(ctx.no_effect)
         confirmed = sorted((d for d in diagnoses if d.status == "confirmed"), key=lambda d: -d.severity)
         for d in confirmed:
             if len(out) >= self.max_candidates:

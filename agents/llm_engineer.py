@@ -84,6 +84,8 @@ class LLMEngineer(LLMRole):
                  f"Harness API:\n{api_doc(ctx.domain)}", f"Harness files at main ({ctx.base_sha[:8]}):\n{shown}",
                  f"Retrieved skills:\n{sk or 'none yet'}",
                  f"Already tried this phase: {', '.join(ctx.tried) or 'nothing'}",
+                 f"Changed no training update on this main in an earlier phase (do not retry): "
+                 f"{', '.join(ctx.no_effect) or 'nothing'}",
                  f"Rejected this phase, with the backtest's reasons:\n{rej or 'none'}",
                  f"Target metrics: {', '.join(target_metrics())}"]
         if ctx.feedback:
@@ -104,6 +106,8 @@ class LLMEngineer(LLMRole):
                 problems.append(f"candidate {k}: target_metric {p.target_metric!r} is not one of the listed metrics")
             if p.intervention in ctx.tried:
                 problems.append(f"candidate {k}: {p.intervention} was already tried this phase")
+            elif p.intervention in ctx.no_effect:
+                problems.append(f"candidate {k}: {p.intervention} changed no training update on this main before")
             if ctx.escalation and layer_of(p.variable) in ctx.avoid_layers and not p.intervention.startswith(
                     "subtract"):
                 problems.append(f"candidate {k}: the run is stalled; {p.variable} is in layer "

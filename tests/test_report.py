@@ -220,3 +220,15 @@ def test_a_run_without_phases_has_a_report_too(tmp_path: Path, env: dict):
     assert "no phase yet" in page and "no candidate harness edits yet" in page and "<script" not in page
     bad = cli(["report", str(tmp_path / "nowhere")], env, check=False)
     assert bad.returncode == 2 and "not a run directory" in bad.stdout
+
+
+def test_an_edit_that_showed_no_effect_on_main_is_not_retried_on_the_same_main(run_dir: Path, env: dict):
+    """Phase 1's "no effect" rejection is remembered in the run's state: phase 2's Engineer, on the same main,
+    proposes something else (a different intervention, or nothing)."""
+    verdicts = _events(run_dir, "verdict")
+    cands = {e["branch"]: e for e in _events(run_dir, "candidate")}
+    dud = [(cands[v["branch"]]["base_sha"], cands[v["branch"]]["intervention"]) for v in verdicts
+           if v["phase"] == 1 and any(r.startswith("effect: no effect") for r in v["reasons"])]
+    assert dud, "the FAST run's first edit (drop zero-variance groups) changes no update"
+    later = [(c["base_sha"], c["intervention"]) for c in cands.values() if c["phase"] == 2]
+    assert not set(dud) & set(later), (dud, later)

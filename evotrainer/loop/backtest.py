@@ -64,6 +64,7 @@ def step(rt: Runtime, state: RunState) -> dict:
     bench = Bench(rt, state.phase, rt.repo.sha("main"))
     reports = list(state.reports)
     todo = state.round_candidates()
+    no_effect = {sha: list(names) for sha, names in state.no_effect.items()}
     with rt.reporter.progress(f"phase {state.phase}: backtesting", len(todo)) as bar:
         for i, cand in enumerate(todo):
             report = rt.agents.backtester.judge(cand, bench)
@@ -72,8 +73,11 @@ def step(rt: Runtime, state: RunState) -> dict:
                     checks=[ch.model_dump(mode="json") for ch in report.checks], runtime_s=report.runtime_s,
                     sandbox=report.sandbox, agent="backtester", model=rt.cfg.agents.role("backtester").model)
             reports = [r for r in reports if r.branch != cand.branch] + [report]
+            if any(c.name == "effect" and not c.passed for c in report.checks):
+                seen = no_effect.setdefault(cand.base_sha, [])
+                seen += [cand.intervention] if cand.intervention not in seen else []
             bar(step=i + 1, total=len(todo))
-    return {"reports": reports}
+    return {"reports": reports, "no_effect": no_effect}
 
 
 def route(max_rounds: int, state: RunState) -> str:

@@ -1,7 +1,8 @@
 """Step 4: the Engineer turns confirmed diagnoses into candidate commits, one variable each.
 
 It gets the skills the Librarian retrieves for each confirmed diagnosis, main's knobs, the level statistics of
-the phase, what was already tried this phase and why earlier rounds' candidates were rejected, a person's feedback
+the phase, what was already tried this phase and why earlier rounds' candidates were rejected, the edits that
+changed no training update on this same main in earlier phases (``RunState.no_effect``: not worth retrying), a person's feedback
 from the gate (``gate.py``), and, when the run is stalled, the escalation (``escalation.py``). Router ``route``:
 to the backtest when it made candidates, else to promote (which then has nothing new to merge).
 """
@@ -28,7 +29,7 @@ def step(rt: Runtime, state: RunState) -> dict:
         phase=state.phase, round=state.engineer_round + 1, repo=rt.repo, base_sha=base,
         knobs=rt.evidence.knobs(base), domain=rt.cfg.domain, tried=state.tried(), rejections=rejections,
         pilot=rt.cfg.backtest.trial_steps > 0, level_stats=level_history(rt.evidence.rollouts(state.phase)),
-        feedback=state.feedback, promotions=list(state.promotions),
+        feedback=state.feedback, promotions=list(state.promotions), no_effect=list(state.no_effect.get(base, [])),
     )
     ctx.escalation, ctx.avoid_layers = escalation.instruct(rt, state)  # stalled: change layer or subtract
     t0 = time.time()

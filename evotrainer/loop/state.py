@@ -31,6 +31,9 @@ class RunState(BaseModel):
     promotions: list[Promotion] = Field(default_factory=list, description="every promotion of the run")
     feedback: str = Field("", description="a person's request at the gate (--revise), for the Engineer's next round")
     withdrawn: list[str] = Field(default_factory=list, description="branches a person sent back for revision")
+    no_effect: dict[str, list[str]] = Field(
+        default_factory=dict, description="main sha -> interventions rejected there as 'no effect' (run-level: on "
+        "the same main the same edit changes no update again, so the Engineer does not retry it)")
 
     def round_candidates(self) -> list[Candidate]:
         return [c for c in self.candidates if c.branch in self.round_branches]
