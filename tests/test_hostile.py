@@ -4,7 +4,9 @@ Every hostile edit is rejected with its own reason (a named check, and words of 
 reasons), the gate returns normally (the run goes on), the run's state is untouched (main, the other branches, no
 note) and nothing outside the sandbox changes: a canary folder beside the run, the harness repo's ``.git``,
 site-packages, the evaluator split; no process outlives the judging. Benign edits (the playbook's) pass every
-safety check (``evotrainer.safety.SAFETY_CHECKS``); whether they promote is the A/B trial's business.
+safety check (``evotrainer.safety.SAFETY_CHECKS``); whether they promote is the A/B trial's business. With
+replay deciding (``backtest.trial_steps: 0``), five benign edits are promoted on rollouts that show the failure each
+fixes (``benign_world``).
 
 Main is exported, started and replayed once for the module (``evotrainer.backtest.Baseline``, as the loop's
 evidence cache does); each candidate is judged by ``evotrainer.backtest.judge`` on synthetic rollouts. The kinds
@@ -338,3 +340,43 @@ def test_benign_playbook_edit_passes_every_safety_check(world: World, name: str)
     assert set(safety) == set(SAFETY_CHECKS), sorted(safety)
     assert all(c.passed for c in safety.values()), [f"{c.name}: {c.detail}" for c in safety.values() if not c.passed]
     assert not any(r.split(":")[0] in SAFETY_CHECKS for r in report.reasons)
+
+
+# --- benign edits promoted: rollouts that show the failures the edits fix, replay checks deciding ----------------
+PROMOTED = ["partial_credit_reward", "format_reward", "numeric_answer_match", "mask_truncated", "overlong_penalty"]
+
+
+@pytest.fixture(scope="module")
+def benign_world():
+    """Main judged on rollouts with each failure a benign edit answers: all-wrong groups (partial credit, format),
+    right answers written "+9" or "09" that the seed's string match scores 0 (numeric match), wrong completions cut
+    at the length budget (masking, overlong penalty)."""
+    groups = [[("9", True), ("8", False), ("9", True), ("7", False)] if g % 5 == 0 else
+              [("+9", True), ("09", True), ("9", True), ("8", False)] if g % 5 == 1 else
+              [("9", True), ("98765432", False), ("9", True), ("87654321", False)] if g % 5 == 2 else
+              [("1", False), ("12", False), ("3", False), ("x", False)] if g % 5 == 3 else [("9", True)] * 4
+              for g in range(40)]
+    rows = rollouts(groups)
+    for r in rows:
+        if len(r["completion"]) == 8:
+            r["truncated"], r["completion_tokens"] = True, 8
+    with tempfile.TemporaryDirectory(prefix="evo-benign-") as tmp:
+        repo = HarnessRepo.create(Path(tmp) / "harness", "math")
+        with harness_worker(repo, repo.sha("main"), SANDBOX, []) as (path, worker):
+            yield repo, Baseline(sha=repo.sha("main"), dir=path, worker=worker, rollouts=rows, tasks=tasks_for(rows))
+
+
+@pytest.mark.parametrize("name", PROMOTED)
+def test_benign_edit_that_fixes_a_failure_in_the_rollouts_is_promoted(benign_world, name: str) -> None:
+    """With ``backtest.trial_steps: 0`` the replay checks decide: every safety check, the effect check and the
+    target moving beyond its noise floor pass, so the verdict is promote."""
+    repo, base = benign_world
+    intervention = find("math", name)
+    files = {n: _seed(repo, n) for n in ("harness.yaml", "rewards.py", "filters.py")}
+    edits = intervention.edit(files, read_knobs(repo.path), {})
+    cand = commit(repo, edits, intervention.variable, metric=intervention.target_metric,
+                  direction=intervention.direction, intervention=name)
+    settings = SETTINGS.model_copy(update={"trial_steps": 0})
+    report = judge(repo, cand, base, settings=settings, sandbox=SANDBOX, hide=[])
+    assert report.verdict == "promote", [f"{c.name}: {c.detail}" for c in report.checks if not c.passed]
+    assert {c.name for c in report.checks} >= set(SAFETY_CHECKS) | {"effect", f"target:{intervention.target_metric}"}
