@@ -163,7 +163,9 @@ class HarnessRepo:
         return self.repo.rev_parse(ref).hexsha
 
     def show_file(self, ref: str, name: str) -> str:
-        return self.repo.git.show(f"{ref}:{name}")
+        """A file's text at ``ref``, byte for byte (GitPython would strip its final newline, and an edit built on
+        that text would commit the file without one)."""
+        return self.repo.git.show(f"{ref}:{name}", strip_newline_in_stdout=False)
 
     def knobs(self, ref: str) -> Knobs:
         """harness.yaml at ``ref``, read with ``git show`` (no checkout) and validated."""

@@ -127,3 +127,15 @@ def test_a_promotion_is_rolled_back_by_a_new_commit(tmp_path):
     assert repo.repo.is_ancestor(merge, reverted)  # history kept: the merge is still there
     assert parse_trailers(repo.message(reverted))["Reverts"] == merge
     assert repo.revert(merge, "again", "", {}) == reverted  # idempotent after a kill
+
+
+def test_show_file_keeps_the_final_newline_so_edits_keep_it_too(repo: HarnessRepo):
+    from agents.playbook import find
+    from evotrainer.harness import read_knobs
+
+    text = repo.show_file("main", "filters.py")
+    assert text == (repo.path / "filters.py").read_text() and text.endswith("\n")
+    edits = find("math", "drop_zero_variance_groups").edit({"filters.py": text}, read_knobs(repo.path), {})
+    sha = repo.commit_candidate("candidates/phase-1-9", repo.sha("main"), edits, "s", "b", {})
+    assert repo.show_file(sha, "filters.py").endswith("\n")
+    assert "No newline at end of file" not in repo.diff(repo.sha("main"), sha)
