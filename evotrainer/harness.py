@@ -52,7 +52,8 @@ class Knobs(BaseModel):
 
     Every knob changes the update (``tests/test_knobs.py`` shows it for each one); a value that could not act is
     refused here rather than silently ignored: the clip epsilons act only when a generated batch is used for more
-    than one update, and ``reward_scale`` only when advantages are not rescaled by a reward std.
+    than one update, and ``reward_scale`` (or the positive weight of a single reward component) only when advantages
+    are not rescaled by a reward std.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -84,6 +85,12 @@ class Knobs(BaseModel):
         if self.reward_scale != 1.0 and self.scale_rewards != "none":
             raise ValueError(f"reward_scale acts only with scale_rewards: none (under {self.scale_rewards} "
                              "scaling the advantage divides it out)")
+        if len(self.reward_weights) == 1 and self.scale_rewards != "none":
+            (name, weight), = self.reward_weights.items()
+            if weight > 0 and weight != 1.0:
+                raise ValueError(f"reward_weights.{name}: the weight of the only reward component acts only with "
+                                 f"scale_rewards: none (under {self.scale_rewards} scaling a positive weight divides "
+                                 "out); keep it 1.0, or add a second component for it to weigh against")
         return self
 
 

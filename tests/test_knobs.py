@@ -127,6 +127,7 @@ def test_the_knob_changes_the_update(run_dir, baselines, knob):
     ("epsilon: 0.1", "act only with updates_per_batch > 1"),
     ("epsilon_high: 0.28", "act only with updates_per_batch > 1"),
     ("reward_scale: 2.0", "reward_scale acts only with scale_rewards: none"),
+    ("  correct: 2.0", "reward_weights.correct: the weight of the only reward component acts only with"),
 ])
 def test_a_value_that_could_not_act_is_refused(text, says):
     from evotrainer.harness import seed_dir
@@ -134,6 +135,7 @@ def test_a_value_that_could_not_act_is_refused(text, says):
     seed = (seed_dir("math") / "harness.yaml").read_text()
     key = text.split(":")[0]
     lines = [text if line.startswith(f"{key}:") else line for line in seed.splitlines()]
+    assert text in lines
     with pytest.raises(KnobsError, match=says):
         parse_knobs("\n".join(lines))
 
