@@ -80,8 +80,8 @@ class LLMCritic(LLMRole):
     A revised diagnosis goes on to the Engineer in its corrected form; ``more_evidence`` sends the batch back to
     the Diagnostician while evidence rounds are left, else the diagnosis is rejected as unproven. The top
     ``max_confirmed`` (severity x confidence) go on. It may also propose one diagnostics metric (``metric``), which
-the loop validates on earlier phases and commits to main as a gate (``evotrainer.loop.new_metric``). Prompt:
-``agents/prompts/critic.md``.
+    the loop validates on earlier phases and commits to main as a gate (``evotrainer.loop.new_metric``). Prompt:
+    ``agents/prompts/critic.md``.
     """
 
     role = "critic"

@@ -13,7 +13,7 @@ anything it is validated here, and the validation is kept whatever it says:
    (``diagnostic:<name>``) like any registered diagnostic.
 
 A refused metric stays on its branch with the note saying why, main is untouched, and the run goes on. A name
-main already registers is skipped (so a resumed step does not add it twice).
+main already registers is refused before anything is committed (so a resumed step does not add it twice).
 
 Try it alone: ``python -m evotrainer.loop.new_metric`` prints the diagnostics.py text a proposal would add.
 """
@@ -100,15 +100,16 @@ def add_metric(rt: Runtime, phase: int, proposal: MetricProposal) -> dict:
     t0 = time.time()
     main = rt.repo.sha("main")
     text = rt.repo.show_file(main, FILE)
-    main_names = set(rt.evidence.registry(main, [phase]))
     outcome: dict[str, Any] = {"metric": proposal.name, "phase": phase}
-    if proposal.name in main_names:
-        return {**outcome, "outcome": "skipped", "reason": "main already registers it"}
     try:
+        main_names = {n for n, spec in rt.evidence.registry(main, [phase]).items() if not spec.get("error")}
+        if proposal.name in main_names:
+            raise ValueError("main already registers a metric of this name")
         added = source(proposal)
-    except ValueError as err:
-        rt.emit("metric_proposal", **outcome, outcome="refused", reason=str(err))
-        return {**outcome, "outcome": "refused", "reason": str(err)}
+    except Exception as err:  # noqa: BLE001 - a bad proposal (or a broken registry on main) never stops the run
+        outcome.update(outcome="refused", reason=str(err)[:500])
+        rt.emit("metric_proposal", **outcome)
+        return outcome
     branch = f"metrics/phase-{phase}-{proposal.name}"
     trailers = {"Variable": f"diagnostics.{proposal.name}", "Proposed-By": "critic", "Phase": str(phase)}
     subject = f"diagnostics: gate {proposal.name} ({proposal.help})"[:120]
