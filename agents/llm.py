@@ -303,10 +303,28 @@ class Conversation:
                           completion_tokens=usage.get("completion_tokens", 0), **extra)
 
 
+# Length bounds stay in the pydantic models (every answer is validated against them) but are not sent: a grammar
+# engine unrolls ``maxLength: 600`` into 600 nested optional rules, which llama.cpp's server refuses ("number of
+# rules ... exceeds sane defaults") and then aborts on, and providers' strict schema modes reject some of them.
+UNSENT_BOUNDS = frozenset({"minLength", "maxLength", "minItems", "maxItems"})
+
+
+def wire_schema(schema: type[BaseModel]) -> dict:
+    """The JSON schema sent to a model: ``schema``'s, less the length bounds (checked on the answer instead)."""
+    def strip(node):
+        if isinstance(node, dict):  # a schema node; the keys of its "properties" and "$defs" are names, kept
+            return {k: ({n: strip(sub) for n, sub in v.items()} if k in ("properties", "$defs") else strip(v))
+                    for k, v in node.items() if k not in UNSENT_BOUNDS}
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+    return strip(schema.model_json_schema())
+
+
 def _response_format(lib, model: str, schema: type[BaseModel], api_base: str | None) -> dict:
     """The schema in the form the provider takes: json_schema where litellm says it is supported, the json_object
     form with the schema (llama.cpp's server, custom providers) for a server of one's own, else plain JSON mode."""
-    js = schema.model_json_schema()
+    js = wire_schema(schema)
     provider = lib.get_llm_provider(model)[1]
     if api_base or provider in lib._custom_providers:
         return {"type": "json_object", "schema": js}

@@ -194,3 +194,15 @@ def test_init_refuses_an_llm_it_cannot_call_in_one_line_and_creates_nothing(tmp_
     assert proc.returncode == 2 and not (tmp_path / "r").exists()
     assert "agents.engineer: model 'openai/gpt-4o-mini': missing OPENAI_API_KEY in the environment" in \
         " ".join(proc.stdout.split())
+
+
+def test_length_bounds_are_checked_on_the_answer_but_not_sent_as_grammar():
+    from agents import MetricProposal
+    from agents.critic import CriticStep
+    from agents.llm import UNSENT_BOUNDS, wire_schema
+
+    sent = json.dumps(wire_schema(CriticStep))
+    assert not any(f'"{b}"' in sent for b in UNSENT_BOUNDS) and '"pattern"' in sent and '"reason"' in sent
+    with pytest.raises(ValueError):  # still refused when the answer breaks one
+        MetricProposal(name="too_long", help="h", code="def too_long(rollouts):\n    return 0.0\n", max=1.0,
+                       reason="x" * 601)

@@ -93,6 +93,25 @@ def transcript(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def test_every_answer_schema_a_role_sends_is_taken_by_the_server(llama_server):
+    """llama.cpp's server compiles the schema into a grammar and aborts on one it cannot (a 600-character length
+    bound did: "number of rules ... exceeds sane defaults"); every role's schema, as sent, must come back 200."""
+    import litellm
+    from agents.backtester import BacktestVerdict
+    from agents.critic import CriticStep
+    from agents.librarian import SkillDraft
+    from agents.llm import _response_format
+    from agents.llm_diagnostician import DiagnosticianStep
+    from agents.llm_engineer import EngineerAnswer
+
+    for schema in (DiagnosticianStep, CriticStep, EngineerAnswer, BacktestVerdict, SkillDraft):
+        fmt = _response_format(litellm, "openai/smollm2", schema, llama_server)
+        r = httpx.post(f"{llama_server}/chat/completions", timeout=120, json={
+            "model": "smollm2", "max_tokens": 4, "response_format": fmt,
+            "messages": [{"role": "user", "content": "Answer in JSON."}]})
+        assert r.status_code == 200, (schema.__name__, r.text[:300])
+
+
 def test_a_short_loop_on_a_real_small_llm_survives_and_records_its_answers(llama_server, tmp_path, policy_cache,
                                                                            monkeypatch):
     from evotrainer.run import run
