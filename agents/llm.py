@@ -34,7 +34,7 @@ from typing import Any, Callable, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from evotrainer.agents_config import HEURISTIC, ROLES, BudgetConfig, LLMSettings
+from evotrainer.agents_config import HEURISTIC, ROLES, BudgetConfig, LLMSettings, secret_like
 from evotrainer.config import Config, ConfigError
 from evotrainer.events import EventLog
 from evotrainer.pause import RunPaused
@@ -59,9 +59,10 @@ def litellm():
 
 
 def redact(text: str) -> str:
-    """``text`` with the value of every key-like environment variable masked (errors can echo headers)."""
+    """``text`` with the value of every secret-like environment variable (the config's rule) masked: errors can
+    echo headers."""
     for name, value in os.environ.items():
-        if len(value) >= 8 and any(w in name.upper() for w in ("KEY", "TOKEN", "SECRET", "PASSWORD")):
+        if len(value) >= 8 and secret_like(name):
             text = text.replace(value, "***")
     return text
 

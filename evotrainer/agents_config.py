@@ -10,8 +10,10 @@
 
 ``model`` is ``heuristic`` (the built-in deterministic agent, the offline default) or any litellm model string
 (``openai/gpt-4o-mini``, ``anthropic/claude-...``, ``ollama/llama3``, ``openai/<name>`` with ``api_base`` for any
-OpenAI-compatible server). API keys come from the environment only (``OPENAI_API_KEY``, ...): a key-like entry in
-``params`` is refused here. Whether litellm knows each model and finds its key is checked at ``init``/``run`` start
+OpenAI-compatible server). API keys come from the environment only (``OPENAI_API_KEY``, ...): a credential anywhere
+in ``params`` (a secret-like name at any depth, such as an ``Authorization`` or ``x-api-key`` header, or a key-like
+value) or in an ``api_base`` URL (``user:pass@``, a key-like query parameter) is refused here, in one line that names
+where it sits and never echoes it. Whether litellm knows each model and finds its key is checked at ``init``/``run`` start
 by :func:`agents.llm.check_agents` (it needs litellm, which this module never imports).
 
 Try it alone::
@@ -22,14 +24,85 @@ Try it alone::
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import re
+from typing import Annotated, Any, Callable, Literal
+from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
 ROLES = ("diagnostician", "critic", "engineer", "backtester", "librarian")
 HEURISTIC = "heuristic"
-# words that mark a provider parameter as a secret; secrets come from the environment only
-SECRET_WORDS = ("key", "token", "secret", "password", "credential")
+# words that mark a name (provider parameter, HTTP header, URL query parameter, environment variable) as a secret;
+# secrets come from the environment only. Read through secret_like().
+SECRET_WORDS = ("key", "token", "secret", "password", "credential", "authorization")
+# values that are credentials whatever they are called: HTTP credentials and the providers' key prefixes
+KEY_VALUE = re.compile(r"(?i:\b(?:bearer|basic)\s+[\w.~+/=-]{8,})|\b(?:sk|pk|rk)-[\w-]{8,}|"
+                       r"\b(?:hf|ghp|gho|ghs|ghu|glpat|xox[abprs])[-_][\w-]{10,}|\bAIza[\w-]{20,}|\bAKIA[0-9A-Z]{16}\b")
+REFUSED = "keys come from the environment only (e.g. OPENAI_API_KEY), never from the config"
+
+
+def secret_like(name: str) -> bool:
+    """Whether ``name`` reads like a secret: it holds one of SECRET_WORDS (a count of tokens, such as max_tokens or
+    budget_tokens, is not one)."""
+    low = name.lower()
+    return any(w in low for w in SECRET_WORDS) and not low.endswith("tokens")
+
+
+# --- credentials are refused wherever they sit -------------------------------------------------------------
+def params_secrets(value: Any, path: str = "") -> list[str]:
+    """Where a ``params`` tree holds a credential: keys with a secret-like name (at any depth: a header such as
+    ``extra_headers.Authorization``), and strings that look like a key."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items()
+                for p in ([f"{path}{k}"] if secret_like(str(k)) else params_secrets(v, f"{path}{k}."))]
+    if isinstance(value, (list, tuple)):
+        return [p for i, v in enumerate(value) for p in params_secrets(v, f"{path}{i}.")]
+    return [path.rstrip(".") or "the value"] if isinstance(value, str) and KEY_VALUE.search(value) else []
+
+
+def url_secrets(url: Any) -> list[str]:
+    """Where an ``api_base`` URL holds a credential: a user or password (``user:pass@``), a query parameter with a
+    secret-like name or a key-like value, or a key-like string anywhere in it."""
+    if not isinstance(url, str) or not url:
+        return []
+    try:
+        parts = urlsplit(url)
+        if parts.username or parts.password:
+            return ["its user:password@ part"]
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:  # not a URL pydantic or litellm can use either; nothing to refuse here
+        return []
+    found = [f"query parameter {name!r}" for name, value in query if secret_like(name) or KEY_VALUE.search(value)]
+    return found or (["a key-like string in it"] if KEY_VALUE.search(url) else [])
+
+
+class _Refused:
+    """Stands in for a value refused as a credential, so the config's error line names where it sits but shows
+    '***' where it would echo the value."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+
+def _raise_refused(v: Any) -> Any:
+    if isinstance(v, _Refused):
+        raise ValueError(v.why)
+    return v
+
+
+def _refusing(find: Callable[[Any], list[str]]) -> tuple[BeforeValidator, BeforeValidator]:
+    """Validators (in Annotated order) that refuse a value in which ``find`` names a credential."""
+    def mask(v: Any) -> Any:
+        where = find(v)
+        return _Refused(f"{', '.join(where)}: {REFUSED}") if where else v
+    return BeforeValidator(_raise_refused), BeforeValidator(mask)  # the last runs first
+
+
+Params = Annotated[dict[str, Any], *_refusing(params_secrets)]
+ApiBase = Annotated[str | None, *_refusing(url_secrets)]
 
 
 class _Section(BaseModel):
@@ -40,11 +113,19 @@ class Fallback(_Section):
     """A fallback on a server of its own (a bare model name in ``fallbacks`` uses its provider's endpoint)."""
 
     model: str = Field(min_length=1, description="a litellm model string")
-    api_base: str | None = Field(None, description="URL of this model's server; empty = the provider's endpoint")
+    api_base: ApiBase = Field(None, description="URL of this model's server; empty = the provider's endpoint")
 
 
 def _model_of(entry: "str | Fallback") -> str:
     return entry if isinstance(entry, str) else entry.model
+
+
+def _entry_kind(v: Any) -> str:
+    return "str" if isinstance(v, str) else "Fallback"
+
+
+# a bare model name, or {model, api_base}; the discriminator validates each entry against its own kind only
+Entry = Annotated[Annotated[str, Tag("str")] | Annotated[Fallback, Tag("Fallback")], Discriminator(_entry_kind)]
 
 
 def _check_fallbacks(v: list | None) -> list | None:
@@ -58,15 +139,7 @@ def _check_fallbacks(v: list | None) -> list | None:
     return v
 
 
-def _check_params(v: dict[str, Any] | None) -> dict[str, Any] | None:
-    for name in v or {}:
-        if any(w in name.lower() for w in SECRET_WORDS):
-            raise ValueError(f"{name!r}: keys come from the environment (e.g. OPENAI_API_KEY), never from the config")
-    return v
-
-
-Models = Annotated[list[str | Fallback], AfterValidator(_check_fallbacks)]
-Params = Annotated[dict[str, Any], AfterValidator(_check_params)]
+Models = Annotated[list[Entry], AfterValidator(_check_fallbacks)]
 
 
 class LLMSettings(_Section):
@@ -75,8 +148,8 @@ class LLMSettings(_Section):
     model: str = Field(HEURISTIC, min_length=1, description="'heuristic' = the built-in deterministic agent; or a "
                        "litellm model string, e.g. openai/gpt-4o-mini, anthropic/claude-haiku-4-5, "
                        "openai/<name> with api_base for an OpenAI-compatible server")
-    api_base: str | None = Field(None, description="URL of the model's server (local or self-hosted); empty = the "
-                                 "provider's own endpoint")
+    api_base: ApiBase = Field(None, description="URL of the model's server (local or self-hosted); empty = the "
+                              "provider's own endpoint; never with a key in it")
     temperature: float = Field(0.2, ge=0, le=2, description="sampling temperature of the role's calls")
     max_tokens: int = Field(2048, ge=16, description="most tokens one answer may have")
     timeout: float = Field(120, gt=0, description="seconds one call may take before the next fallback is tried")
@@ -113,7 +186,7 @@ class RoleSettings(_Section):
     """One role's settings; a field left empty takes its value from ``agents.default``."""
 
     model: str | None = Field(None, min_length=1, description="the role's model (empty = agents.default.model)")
-    api_base: str | None = Field(None, description="the role's server URL (empty = agents.default.api_base)")
+    api_base: ApiBase = Field(None, description="the role's server URL (empty = agents.default.api_base)")
     temperature: float | None = Field(None, ge=0, le=2, description="empty = agents.default.temperature")
     max_tokens: int | None = Field(None, ge=16, description="empty = agents.default.max_tokens")
     timeout: float | None = Field(None, gt=0, description="empty = agents.default.timeout")

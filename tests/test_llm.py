@@ -4,6 +4,7 @@ the start-of-run model and key check, typed answers with retries and fallbacks, 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from pydantic import BaseModel
@@ -50,6 +51,45 @@ def test_bad_agent_settings_fail_with_the_key_named():
         C.parse({"agents": {"budget": {"on_exhausted": "panic"}}})
     with pytest.raises(C.ConfigError, match=r"gates\.0"):
         C.parse({"gates": ["after_train"]})
+
+
+@pytest.mark.parametrize("agents, where", [
+    ({"default": {"params": {"extra_headers": {"Authorization": "Bearer abcdefgh12345678"}}}},
+     r"agents\.default\.params: value error, extra_headers\.authorization: keys come from the environment only"),
+    ({"engineer": {"params": {"extra_headers": {"x-api-key": "abc"}}}}, r"agents\.engineer\.params: .*x-api-key"),
+    ({"critic": {"params": {"extra_headers": {"api-key": "abc"}}}}, r"agents\.critic\.params: .*api-key"),
+    ({"critic": {"params": {"extra_body": {"opts": ["x", "sk-proj-abcdefghijkl"]}}}},  # a key-like value, any name
+     r"agents\.critic\.params: .*extra_body\.opts\.1: keys come"),
+    ({"critic": {"api_base": "http://user:s3cr3t-pass@gpu-box:8000/v1"}}, r"agents\.critic\.api_base: .*user:password@"),
+    ({"default": {"api_base": "https://x.example/v1?api-version=1&api-key=abc123"}},
+     r"agents\.default\.api_base: .*query parameter 'api-key'"),
+    ({"default": {"api_base": "https://x.example/v1?q=sk-abcdefgh12345678"}}, r"agents\.default\.api_base: .*'q'"),
+    ({"critic": {"fallbacks": [{"model": "openai/x", "api_base": "http://u:s3cr3t-pass@h/v1"}, "heuristic"]}},
+     r"agents\.critic\.fallbacks\.0\.Fallback\.api_base: .*user:password@"),
+])
+def test_credentials_anywhere_in_params_or_api_base_are_refused_in_one_line_without_the_value(
+        tmp_path, agents, where):
+    from evotrainer.rundir import RunDir
+
+    with pytest.raises(C.ConfigError) as err:
+        C.parse({"agents": agents})
+    (line,) = str(err.value).splitlines()
+    assert re.search(where, line) and "environment only" in line, line
+    for secret in ("abcdefgh12345678", "sk-proj", "s3cr3t", "abc123", "'abc'"):
+        assert secret not in line, line  # the error names where the key sits, never the key
+    with pytest.raises(C.ConfigError):  # nor does it reach RUN_DIR/config.yaml through an override
+        RunDir(tmp_path / "r").init(C.apply_overrides(C.parse({}), [f"agents={json.dumps(agents)}"]),
+                                    log=lambda m: None)
+    assert not (tmp_path / "r" / "config.yaml").exists()
+
+
+def test_provider_params_and_servers_without_credentials_pass():
+    agents = C.parse({"agents": {"default": {
+        "api_base": "http://127.0.0.1:8080/v1?x=1", "fallbacks": [{"model": "openai/z", "api_base": "http://h:1/v1"}],
+        "params": {"top_p": 0.9, "thinking": {"type": "enabled", "budget_tokens": 1024},
+                   "extra_headers": {"X-Title": "evotrainer"}, "max_completion_tokens": 64}}}}).agents
+    assert agents.role("critic").params["thinking"]["budget_tokens"] == 1024
+    assert agents.role("critic").endpoints == [("heuristic", "http://127.0.0.1:8080/v1?x=1"), ("openai/z", "http://h:1/v1")]
 
 
 def test_unknown_model_or_missing_key_fails_at_start_naming_the_role(monkeypatch):
