@@ -58,7 +58,8 @@ def check_drafts(tools: EvidenceTools, drafts: list[DiagnosisDraft]) -> str | No
 
 def to_diagnosis(d: DiagnosisDraft, ident: str) -> Diagnosis:
     ev = [MetricEvidence(name=f.name, value=f.value, low=f.value if f.low is None else f.low,
-                         high=f.value if f.high is None else f.high, n=f.n, threshold=f.threshold)
+                         high=f.value if f.high is None else f.high, n=f.n, threshold=f.threshold,
+                         query=f.query)
           for f in d.evidence]
     return Diagnosis(id=ident, layer=d.layer, failure_mode=d.failure_mode, statement=d.statement, evidence=ev,
                      rollout_ids=d.rollout_ids, severity=d.severity, confidence=d.confidence)

@@ -83,6 +83,8 @@ class MetricEvidence(_Model):
     high: float = Field(description="upper end of the 95% interval")
     n: int = Field(description="number of units (rollouts, groups or tasks) behind the value")
     threshold: float | None = None
+    query: str = Field("", description="the SQL query whose first row holds the value (an LLM Diagnostician's "
+                       "citation, checked against the data); empty for the built-in Diagnostician's figures")
 
 
 class Diagnosis(_Model):

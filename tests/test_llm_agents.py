@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import ormsgpack
 import pytest
 
 from agents import EngineerContext, PhaseEvidence
@@ -20,10 +21,12 @@ from agents.llm import LLMContext
 from agents.llm_diagnostician import LLMDiagnostician
 from agents.llm_engineer import LLMEngineer
 from evotrainer import config as C
-from evotrainer.contracts import BacktestReport, Candidate, Check, EvalResult, PhaseResult, Promotion, Rollout
+from evotrainer.contracts import (BacktestReport, Candidate, Check, EvalResult, MetricEvidence, PhaseResult,
+                                  Promotion, Rollout)
 from evotrainer.domains import get_domain
 from evotrainer.events import EventLog
 from evotrainer.harness import HarnessRepo, read_knobs
+from evotrainer.loop.state import serializer
 from evotrainer.rollouts import write_rollouts
 from tests.conftest import rollouts
 from tests.scripted_llm import last_user, role_of, scripted
@@ -74,7 +77,16 @@ def test_diagnostician_queries_then_cites_figures_the_data_holds(tmp_path, repo)
     (d,) = out
     assert (d.id, d.failure_mode, d.evidence[0].value, d.rollout_ids) == ("d1-1", "dead_groups", 0.75,
                                                                          ["p1-g1/0", "p1-g1/1"])
+    assert d.evidence[0].query == DEAD  # the stored diagnosis cites the query its figure came from
     assert [e["outcome"] for e in EventLog(tmp_path / "events.jsonl").read("llm_call")] == ["ok", "invalid", "ok"]
+    # the checkpoint keeps the citation, and a checkpoint written before MetricEvidence had one still loads
+    serde = serializer()
+    assert serde.loads_typed(serde.dumps_typed(d)).evidence[0].query == DEAD
+    old = {k: v for k, v in d.evidence[0].model_dump().items() if k != "query"}
+    packed = ormsgpack.packb(ormsgpack.Ext(5, ormsgpack.packb(  # langgraph's pydantic-v2 record, as stored before
+        ("evotrainer.contracts", "MetricEvidence", old, "model_validate_json"))))
+    revived = serde.loads_typed(("msgpack", packed))
+    assert isinstance(revived, MetricEvidence) and revived.query == "" and revived.value == 0.75
 
 
 def test_critic_confirms_revises_rejects_and_asks_for_evidence(tmp_path, repo):
