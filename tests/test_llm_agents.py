@@ -89,6 +89,35 @@ def test_diagnostician_queries_then_cites_figures_the_data_holds(tmp_path, repo)
     assert isinstance(revived, MetricEvidence) and revived.query == "" and revived.value == 0.75
 
 
+def test_diagnostician_samples_by_id_and_by_where_reads_registry_and_history(tmp_path, repo):
+    """Each tool's result is what the next request hands the model: the rows asked for, main's registry, the run's
+    history (held-out accuracy per phase, from the starting policy on)."""
+    ev = evidence(tmp_path, repo)
+    ev.registry = {"dead_group_ratio": {"value": 0.75, "max": 0.5, "help": "groups with no reward spread"}}
+    ev.baseline = EvalResult(accuracy=0.2, n=300)
+    steps = iter([{"action": "sample", "ids": ["p1-g1/3"]},
+                  {"action": "sample", "query": "reward > 0 AND group_id = 'p1-g4'"},
+                  {"action": "registry"}, {"action": "history"}])
+
+    def answer(model, messages):
+        step = next(steps, None)
+        return json.dumps(step) if step else diagnosis_answer(0.75, [])
+
+    with scripted(answer) as calls:
+        out = LLMDiagnostician(llm_ctx(tmp_path, diagnostician={"tool_rounds": 4}),
+                               HeuristicDiagnostician()).diagnose(ev)
+    results = [last_user(c["messages"]).split("\n\n")[0].splitlines() for c in calls[1:]]  # what the tool returned
+    by_id, by_where, registry, history = results
+    assert by_id[:2] == ["Result of sample:", "rollout_id | phase | task_id | difficulty | prompt | completion | "
+                         "completion_tokens | truncated | reward | reward_components | verified | kept | advantage"]
+    assert by_id[2:] == ['p1-g1/3 | 1 | train-1-1 | 2 | 4+5= | 1 | 2 | False | 0 | {"correct": 0.0} | False | True | 0']
+    assert [r.split(" | ")[0] for r in by_where[2:]] == ["p1-g4/0", "p1-g4/2", "p1-g4/4", "p1-g4/6"]  # rewarded
+    assert registry == ["Result of registry:", json.dumps(ev.registry)]
+    assert history == ["Result of history:", "starting policy: held-out accuracy 0.200",
+                       f"phase 1: held-out accuracy 0.300 (n=300), harness {repo.sha('main')[:8]}"]
+    assert [d.failure_mode for d in out] == ["dead_groups"] and len(calls) == 5
+
+
 def test_critic_confirms_revises_rejects_and_asks_for_evidence(tmp_path, repo):
     ev = evidence(tmp_path, repo)
     diagnoses = HeuristicDiagnostician().diagnose(ev)[:1]
@@ -106,6 +135,29 @@ def test_critic_confirms_revises_rejects_and_asks_for_evidence(tmp_path, repo):
         assert out.diagnoses[0].statement == "75% of groups are dead." and "revised" in out.diagnoses[0].critique
         last = critic.critique([diagnoses[0], d2], ev, rounds_left=0)  # no rounds left: unproven is rejected
     assert not last.needs_more_evidence and [d.status for d in last.diagnoses] == ["confirmed", "rejected"]
+
+
+def test_critic_runs_its_own_query_before_it_answers(tmp_path, repo):
+    """The Critic checks the Diagnostician's figure with a query of its own: the query's result is in its next
+    request, and its verdict (citing that result) decides the diagnosis."""
+    ev = evidence(tmp_path, repo)
+    (d,) = [x for x in HeuristicDiagnostician().diagnose(ev) if x.failure_mode == "dead_groups"]
+    groups = "SELECT count(DISTINCT group_id) AS groups FROM rollouts WHERE phase = 1"
+
+    def critic(model, messages):
+        prompt = last_user(messages)
+        if not prompt.startswith("Result of sql"):
+            return json.dumps({"action": "sql", "query": groups})
+        n = prompt.splitlines()[2]
+        return json.dumps({"action": "answer", "verdicts": [
+            {"id": d.id, "verdict": "reject" if n != "60" else "confirm", "reason": f"{n} groups, enough to judge"}]})
+
+    with scripted(critic) as calls:
+        out = LLMCritic(llm_ctx(tmp_path), HeuristicCritic()).critique([d], ev, rounds_left=0)
+    assert [role_of(c["messages"]) for c in calls] == ["critic", "critic"]
+    assert last_user(calls[1]["messages"]).startswith("Result of sql:\ngroups\n60\n")
+    (judged,) = out.diagnoses
+    assert (judged.status, judged.critique) == ("confirmed", "60 groups, enough to judge")
 
 
 def engineer_answer(diagnosis_id: str, search: str) -> str:
