@@ -10,7 +10,9 @@ the playbook entry of its variable, or ``reward_verified_auc`` up.
 
 Exit status: 0 the commit passes (would promote; with trials on, the A/B trial of a real run still decides),
 1 it is rejected (the reasons say why), 2 it could not be judged (the reason: no such ref, no retained rollouts,
-nothing to judge, ...). Nothing of the run is changed: no note, no branch, no state. Try it alone:
+nothing to judge, a harness folder that is not a git repository, a git command that failed, ...): every failure
+before or during the backtest is exit 2 with one line (:func:`one_line`), never a traceback, so a 1 always means
+"rejected". Nothing of the run is changed: no note, no branch, no state. Try it alone:
 ``evotrainer backtest /tmp/after/demo candidates/phase-1-1 --json``.
 """
 
@@ -83,9 +85,33 @@ def candidate_for(repo: HarnessRepo, ref: str, domain: str) -> Candidate:
     )
 
 
+def one_line(err: BaseException) -> str:
+    """An exception as one readable line: git's own complaint for a git error, else ``Type: first line``."""
+    if isinstance(err, git.InvalidGitRepositoryError):
+        return f"{err}: not a git repository"
+    if isinstance(err, git.NoSuchPathError):
+        return f"{err}: no such folder"
+    if isinstance(err, git.GitCommandError):
+        said = [ln.strip().strip("'").removeprefix("fatal: ").removeprefix("error: ")
+                for ln in str(err.stderr or "").replace("stderr:", "").splitlines()]
+        said = [ln for ln in said if ln]
+        cmd = err.command[:2] if isinstance(err.command, (list, tuple)) else str(err.command).split()[:2]
+        return f"{' '.join(map(str, cmd))} failed (exit {err.status})" + (f": {said[-1]}" if said else "")
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
 def _retained(rd: RunDir, keep: int) -> list[int]:
     phases = sorted(int(p.stem.split("-")[1]) for p in rd.rollouts.glob("phase-*.parquet"))
     return phases[-keep:]
+
+
+def _resolve(repo: HarnessRepo, ref: str, where) -> str:
+    """The commit ``ref`` names (a tag or ``REF^{tree}`` that is no commit counts as none)."""
+    try:
+        return repo.repo.commit(repo.sha(ref)).hexsha
+    except (git.BadName, ValueError, git.GitCommandError):
+        raise CannotJudge(f"{ref!r} is not a branch, tag or commit of {where}") from None
 
 
 def backtest_ref(run_dir, ref: str) -> Outcome:
@@ -98,12 +124,13 @@ def backtest_ref(run_dir, ref: str) -> Outcome:
     try:
         rd = RunDir(run_dir)
         cfg = rd.load_config()
-        repo = HarnessRepo(rd.harness)
         try:
-            sha = repo.sha(ref)
-        except (git.BadName, ValueError, git.GitCommandError):
-            raise CannotJudge(f"{ref!r} is not a branch, tag or commit of {rd.harness}") from None
-        main = repo.sha("main")
+            repo = HarnessRepo(rd.harness)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            raise CannotJudge(f"{rd.harness} is not a git repository (the run's harness repo is missing or "
+                              f"broken)") from None
+        sha = _resolve(repo, ref, rd.harness)
+        main = _resolve(repo, "main", rd.harness)
         if repo.repo.commit(sha).tree.hexsha == repo.repo.commit(main).tree.hexsha:
             raise CannotJudge(f"{ref} has the same files as main: nothing to judge")
         phases = _retained(rd, cfg.backtest.retained_phases)
@@ -111,17 +138,18 @@ def backtest_ref(run_dir, ref: str) -> Outcome:
             raise CannotJudge(f"{rd.root} has no retained rollouts yet (no phase has trained)")
         rows = [r for p in phases for r in read_rollouts(rd.rollout_file(p))]
         tasks = {t["id"]: t for t in rd.train_tasks()}
-        candidate = candidate_for(repo, sha, cfg.domain)
+        candidate = candidate_for(repo, ref, cfg.domain)
     except CannotJudge as err:
         return Outcome(2, str(err))
-    except (ConfigError, RunDirError, OSError, ValueError) as err:
-        return Outcome(2, f"{type(err).__name__}: {err}")
+    except (ConfigError, RunDirError) as err:
+        return Outcome(2, " ".join(str(err).split()))
+    except Exception as err:  # noqa: BLE001 - git, parquet, a broken tasks file...: exit 2, one line, never 1
+        return Outcome(2, one_line(err))
     try:
         report = run_backtest(repo, candidate, rows, tasks, main_sha=main, settings=cfg.backtest,
                               sandbox=cfg.sandbox, hide=rd.hidden_from_harness())
     except Exception as err:  # noqa: BLE001 - say why it could not run, never a traceback
-        return Outcome(2, f"the backtest could not run: {type(err).__name__}: {err}",
-                       candidate.model_dump(mode="json"))
+        return Outcome(2, f"the backtest could not run: {one_line(err)}", candidate.model_dump(mode="json"))
     code = 0 if report.verdict == "promote" else 1
     note = f"judged on {len(rows)} rollouts of phase(s) {', '.join(map(str, phases))}"
     if code == 0 and cfg.backtest.trial_steps > 0:

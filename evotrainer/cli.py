@@ -234,16 +234,20 @@ def backtest(run_dir: Path, ref: str, json_: bool = typer.Option(False, "--json"
     Exit 0: it would promote; 1: rejected (reasons printed); 2: it could not be judged (the reason)."""
     import json as json_mod
 
-    from evotrainer.backtest_ref import backtest_ref
+    from rich.markup import escape
 
-    out = backtest_ref(run_dir, ref)
+    from evotrainer.backtest_ref import Outcome, backtest_ref, one_line
+
+    try:
+        out = backtest_ref(run_dir, ref)
+    except Exception as err:  # noqa: BLE001 - backtest_ref returns its failures; exit 1 must only mean "rejected"
+        out = Outcome(2, one_line(err))
     if json_:
         print(json_mod.dumps(out.as_json(), indent=1))
-    elif out.code == 2:
-        console.print(f"[red]could not backtest {ref}:[/red] {out.reason}", highlight=False)
+    elif out.code == 2:  # one line however narrow the terminal
+        console.print(f"[red]could not backtest {escape(ref)}:[/red] {escape(out.reason)}", highlight=False,
+                      soft_wrap=True)
     else:
-        from rich.markup import escape
-
         for c in out.report["checks"]:
             mark = "[green]pass[/green]" if c["passed"] else "[red]FAIL[/red]"
             console.print(f"  {mark} {escape(c['name'])}" + (f": {escape(c['detail'])}" if c["detail"] else ""),
