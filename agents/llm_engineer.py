@@ -2,9 +2,12 @@
 search/replace blocks (:mod:`agents.edits`), one hypothesis and one variable per candidate.
 
 The answer is checked before anything is committed: every block applies exactly and the result compiles (else the
-problems go back to the model, ``retries`` times), the diagnosis id is a confirmed one, the target metric is one
-the backtest measures, the intervention was not tried this phase, and, when the run is stalled, the edit changes
-a layer not edited during the stall or is a subtraction. Each accepted candidate is committed with the trailers by
+problems go back to the model, ``retries`` times), the blocks change only the one variable the candidate declares
+(what a variable covers is :mod:`evotrainer.variables`' rule, the one the backtest's safety check applies), the
+diagnosis id is a confirmed one, the target metric is one the backtest measures, the intervention was not tried
+this phase, one offered as a subtraction is one (:func:`evotrainer.loop.escalation.subtraction_problem`: it reverts
+an earlier promotion or only deletes), and, when the run is stalled, the edit changes a layer not edited during the
+stall or is a subtraction. Each accepted candidate is committed with the trailers by
 :func:`agents.engineer.commit`. A person's feedback from the gate (``evotrainer approve --revise``) is part of the
 request. The system prompt is ``agents/prompts/engineer.md``.
 """
@@ -21,8 +24,10 @@ from agents.edits import Block, apply_blocks
 from agents.engineer import HeuristicEngineer, commit
 from agents.llm import LLMRole, UseBuiltin
 from agents.playbook import layer_of
+from evotrainer import variables
 from evotrainer.contracts import Candidate, Diagnosis, Skill
 from evotrainer.harness import seed_dir
+from evotrainer.loop.escalation import subtraction_problem
 
 
 class Proposal(BaseModel):
@@ -55,6 +60,24 @@ def api_doc(domain: str) -> str:
         return (seed_dir(domain).parent / "README.md").read_text()[:9000]
     except OSError:
         return ""
+
+
+def scope_problems(p: Proposal, edits: dict[str, str], read, ctx: EngineerContext) -> list[str]:
+    """Why applied ``edits`` are not the one change ``p`` declares: variables beyond ``p.variable`` (by the rule
+    the backtest's safety check applies), or a subtraction that does not subtract."""
+    names = set().union(*(variables.file_names(f, read(f), text) for f, text in edits.items()))
+    extra = variables.uncovered(p.variable, names)
+    out = []
+    if not names:
+        out.append("the blocks change no variable (only comments or docstrings)")
+    elif extra:
+        out.append(f"declares {p.variable} but its blocks also change {', '.join(extra)}: one variable per "
+                   "candidate (propose the other change as a candidate of its own, or declare the one variable "
+                   "that covers them all)")
+    if p.intervention.startswith("subtract"):
+        why = subtraction_problem(ctx.repo, edits, read, ctx.promotions)
+        out += [f"{p.intervention} is named as a subtraction but {why}"] if why else []
+    return out
 
 
 class LLMEngineer(LLMRole):
@@ -112,8 +135,11 @@ class LLMEngineer(LLMRole):
                     "subtract"):
                 problems.append(f"candidate {k}: the run is stalled; {p.variable} is in layer "
                                 f"{layer_of(p.variable)}, edited during the stall: change layer or subtract")
-            edits, errs = apply_blocks(p.blocks, self._read(ctx))
+            read = self._read(ctx)
+            edits, errs = apply_blocks(p.blocks, read)
             problems += [f"candidate {k}, {e}" for e in errs]
+            if not errs:
+                problems += [f"candidate {k}: {e}" for e in scope_problems(p, edits, read, ctx)]
             applied[k] = edits
         return "; ".join(problems) or None
 

@@ -191,6 +191,80 @@ def test_engineer_edits_with_blocks_and_gets_a_block_that_does_not_apply_back(tm
     assert all(f"{t}: " in message for t in ("Diagnosis", "Hypothesis", "Variable", "Expected", "Backtest"))
 
 
+def proposal(did: str, intervention: str, variable: str, blocks: list[tuple[str, str, str]]) -> dict:
+    return {"diagnosis_id": did, "intervention": intervention, "summary": "s", "hypothesis": "If X, Y, because Z",
+            "variable": variable, "target_metric": "kept_dead_ratio", "direction": "down", "expected": "e",
+            "rollback": "r", "blocks": [{"file": f, "search": a, "replace": b} for f, a, b in blocks]}
+
+
+KEEP_GROUP = "def keep_group(group: list[dict]) -> bool:\n    return True\n"
+SPREAD = "def keep_group(group: list[dict]) -> bool:\n    return len({r['reward'] for r in group}) > 1\n"
+
+
+def test_engineer_gets_back_a_candidate_that_changes_more_than_its_one_variable(tmp_path, repo):
+    ev = evidence(tmp_path, repo)
+    (d,) = [x.model_copy(update={"status": "confirmed"}) for x in HeuristicDiagnostician().diagnose(ev)
+            if x.failure_mode == "dead_groups"]
+    two_files = proposal(d.id, "skip_flat", "filters.keep_group", [
+        ("filters.py", KEEP_GROUP, SPREAD), ("harness.yaml", "temperature: 1.0 ", "temperature: 0.7 ")])
+    two_functions = proposal(d.id, "skip_flat", "filters.keep_group", [
+        ("filters.py", KEEP_GROUP, SPREAD),
+        ("filters.py", "def keep_rollout(rollout: dict) -> bool:\n    return True",
+         "def keep_rollout(rollout: dict) -> bool:\n    return not rollout['truncated']")])
+    answers = iter([{"candidates": [two_files]}, {"candidates": [two_functions]},
+                    {"candidates": [proposal(d.id, "skip_flat", "filters.keep_group", [("filters.py", KEEP_GROUP,
+                                                                                         SPREAD)])]}])
+    ctx = EngineerContext(phase=1, round=1, repo=repo, base_sha=repo.sha("main"), knobs=ev.knobs, domain="math")
+    with scripted(lambda model, messages: json.dumps(next(answers))) as calls:
+        (cand,) = LLMEngineer(llm_ctx(tmp_path), HeuristicEngineer()).propose([d], ctx, {})
+    first, second = (last_user(c["messages"]) for c in calls[1:])
+    assert "candidate 1: declares filters.keep_group but its blocks also change harness.yaml:temperature: one " \
+           "variable per candidate" in first
+    assert "declares filters.keep_group but its blocks also change filters.keep_rollout" in second
+    assert cand.files == ["filters.py"] and repo.show_file(cand.sha, "filters.py").endswith(SPREAD)
+    assert [e["outcome"] for e in EventLog(tmp_path / "events.jsonl").read("llm_call")] == ["invalid", "invalid", "ok"]
+
+
+def test_a_subtraction_under_escalation_must_revert_or_delete(tmp_path, repo):
+    """Stalled, with filters edited during the stall: a 'subtract:' candidate that adds code is sent back; one that
+    puts filters.py back as it was before the promotion is committed. Deleting code is a subtraction too."""
+    from evotrainer.loop.escalation import subtraction_problem
+
+    ev = evidence(tmp_path, repo)
+    (d,) = [x.model_copy(update={"status": "confirmed"}) for x in HeuristicDiagnostician().diagnose(ev)
+            if x.failure_mode == "dead_groups"]
+    seed = repo.sha("main")
+    branch = repo.commit_candidate("candidates/phase-1-1", seed, {"filters.py": repo.show_file(seed, "filters.py")
+                                   .replace(KEEP_GROUP, SPREAD)}, subject="filters.keep_group: skip flat groups",
+                                   body="b", trailers={"Variable": "filters.keep_group"})
+    merged = repo.promote("candidates/phase-1-1", "Promote", "h", {})
+    promo = Promotion(phase=1, branch="candidates/phase-1-1", sha=branch, main_sha=merged, candidate=Candidate(
+        branch="candidates/phase-1-1", base_sha=seed, diagnosis_id=d.id, intervention="skip_flat", hypothesis="h",
+        variable="filters.keep_group", target_metric="kept_dead_ratio", direction="down", expected="e",
+        rollback="r", files=["filters.py"]))
+    adds = proposal(d.id, "subtract:flat_filter", "filters.keep_group", [
+        ("filters.py", SPREAD, SPREAD.replace("> 1", "> 1 and len(group) > 2"))])
+    revert = proposal(d.id, "subtract:flat_filter", "filters.keep_group", [("filters.py", SPREAD, KEEP_GROUP)])
+    answers = iter([{"candidates": [adds]}, {"candidates": [revert]}])
+    ctx = EngineerContext(phase=4, round=1, repo=repo, base_sha=merged, knobs=ev.knobs, domain="math",
+                          escalation="The run is stalled.", avoid_layers=["filters"], promotions=[promo])
+    with scripted(lambda model, messages: json.dumps(next(answers))) as calls:
+        (cand,) = LLMEngineer(llm_ctx(tmp_path), HeuristicEngineer()).propose([d], ctx, {})
+    assert "subtract:flat_filter is named as a subtraction but it neither reverts an earlier promotion nor only " \
+           "deletes lines: it adds or changes lines in (or removes none from) filters.py" in \
+        last_user(calls[1]["messages"])
+    assert repo.show_file(cand.sha, "filters.py") == repo.show_file(seed, "filters.py")  # the revert, committed
+    # the rule alone: deleting lines subtracts; changing a value does not, even by deleting characters
+    read = lambda f: repo.show_file(merged, f)  # noqa: E731
+    gone = read("filters.py").replace("def keep_rollout(rollout: dict) -> bool:\n    return True\n\n\n", "")
+    assert subtraction_problem(repo, {"filters.py": gone}, read, []) is None
+    knobs = read("harness.yaml")
+    assert subtraction_problem(repo, {"harness.yaml": knobs.replace("1.0e-4", "1.0e-5")}, read, [promo])
+    assert subtraction_problem(repo, {"harness.yaml": knobs.replace("weight_decay: 0.0 ", "weight_decay: 0 ")},
+                               read, [])
+    assert subtraction_problem(repo, {"filters.py": gone.replace("return len(", "return not len(")}, read, [])
+
+
 class ReportBench:
     """A bench that hands back a fixed report: the Backtester's verdict logic on given checks."""
 
@@ -248,3 +322,7 @@ def test_stalled_engineer_changes_layer_else_subtracts(tmp_path, repo):
     assert sub.intervention == f"subtract:{first.intervention}" and sub.files == first.files
     for f in sub.files:  # the files as they were before the promotion
         assert repo.show_file(sub.sha, f) == repo.show_file(first.base_sha, f)
+    from evotrainer.loop.escalation import subtraction_problem  # the rule an LLM Engineer's subtraction is held to
+
+    assert subtraction_problem(repo, {f: repo.show_file(sub.sha, f) for f in sub.files},
+                               lambda f: repo.show_file(merged, f), [promo]) is None

@@ -2,7 +2,9 @@
 
     engineer step   :func:`instruct` tells the Engineer the run is stalled: the next round must edit a harness
                     layer not edited during the stall (rewards, filters, curriculum, knobs, prompt, diagnostics), or
-                    propose a subtraction (undo an earlier promotion); the Engineers enforce it
+                    propose a subtraction (undo an earlier promotion); the Engineers enforce it, and an edit offered
+                    as a subtraction must be one (:func:`subtraction_problem`: it reverts an earlier promotion, or
+                    it only deletes)
     phase end       :func:`rollback` moves main back to the last known-good harness (the one that trained the phase
                     with the best held-out accuracy) by a new commit, never rewriting history, when the current
                     phase's accuracy fell below it beyond the sampling margin
@@ -14,11 +16,17 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING, Callable
+
+import git
 
 from agents.playbook import layer_of
-from evotrainer.harness import BOT, format_message, parse_trailers
-from evotrainer.loop.runtime import Runtime
-from evotrainer.loop.state import RunState
+from evotrainer.contracts import Promotion
+from evotrainer.harness import BOT, HarnessRepo, format_message, parse_trailers
+
+if TYPE_CHECKING:  # annotations only: an Engineer checks subtractions without loading the loop's runtime
+    from evotrainer.loop.runtime import Runtime
+    from evotrainer.loop.state import RunState
 
 
 def stalled(state: RunState, through: int) -> int:
@@ -48,6 +56,39 @@ def instruct(rt: Runtime, state: RunState) -> tuple[str, list[str]]:
     return (f"The run is stalled: nothing was promoted in the last {n} phases. This round must change layer "
             "(edit a harness layer not edited during the stall) or propose a subtraction (undo an earlier edit)."
             ), layers
+
+
+def _only_deletes(before: str | None, after: str) -> bool:
+    """Whether ``after`` is ``before`` with some lines removed and none added or changed (order kept)."""
+    if before is None:
+        return False
+    old, new = [line.rstrip() for line in before.splitlines()], [line.rstrip() for line in after.splitlines()]
+    rest = iter(old)
+    return len(new) < len(old) and all(line in rest for line in new)
+
+
+def subtraction_problem(repo: HarnessRepo, edits: dict[str, str], before: Callable[[str], str | None],
+                        promotions: list[Promotion]) -> str | None:
+    """Why an edit offered as a subtraction is not one, or None when it is: it reverts an earlier promotion (every
+    file it changes goes back to its text before that promotion's merge), or it only deletes (every file it
+    changes loses lines and gains or changes none: changing a value, even by deleting characters, is no
+    subtraction). ``edits`` is {file: new text}; ``before(file)`` the file at the base."""
+    for promo in reversed(promotions):
+        parent = repo.repo.commit(promo.main_sha).parents[0].hexsha
+        if all(f in promo.candidate.files and _text(repo, parent, f) == t for f, t in edits.items()):
+            return None
+    grows = sorted(f for f, t in edits.items() if not _only_deletes(before(f), t))
+    if not grows:
+        return None
+    return (f"it neither reverts an earlier promotion nor only deletes lines: it adds or changes lines in (or removes "
+            f"none from) {', '.join(grows)}; a subtraction deletes lines or undoes a promoted edit")
+
+
+def _text(repo: HarnessRepo, ref: str, name: str) -> str | None:
+    try:
+        return repo.show_file(ref, name)
+    except git.GitCommandError:
+        return None
 
 
 def rollback(rt: Runtime, state: RunState) -> str | None:
