@@ -76,6 +76,14 @@ class HeuristicLibrarian:
             "commit": candidate.sha, "branch": candidate.branch, "verdict": "promote", **effect})
 
 
+HOW = "how"  # the evidence entry holding the LLM Librarian's text of how to make the edit again
+
+
+def how_of(skill: Skill) -> str:
+    """How to make the skill's edit again, in the LLM Librarian's words ("" for a skill the built-in one wrote)."""
+    return next((str(e[HOW]) for e in skill.evidence if e.get(HOW)), "")
+
+
 class SkillDraft(BaseModel):
     trigger: str = Field(min_length=1)
     intervention: str = Field(min_length=1, description="what to change, precisely enough to do it again")
@@ -87,7 +95,9 @@ class SkillDraft(BaseModel):
 class LLMLibrarian(LLMRole):
     """The Librarian on an LLM: it writes each new skill's text (trigger, intervention, expected, validation,
     applicability) from the candidate, its diagnosis and its backtest; uses, wins and evidence are counted as by the
-    built-in Librarian, whose store and retrieval (what the Engineer receives) it shares. Prompt:
+    built-in Librarian, whose store and retrieval (what the Engineer receives) it shares. The intervention text is
+    kept in the skill's evidence (:func:`how_of`), since ``Skill.intervention`` is the name the Engineers match on;
+    the LLM Engineer's request shows it. Prompt:
     ``agents/prompts/librarian.md``.
     """
 
@@ -123,4 +133,4 @@ class LLMLibrarian(LLMRole):
         return skill.model_copy(update={
             "trigger": draft.trigger, "expected_outcome": draft.expected, "validation": draft.validation,
             "domains": sorted({domain, *draft.applicability}),
-            "evidence": [*skill.evidence, {"how": draft.intervention}]})
+            "evidence": [*skill.evidence, {HOW: draft.intervention}]})

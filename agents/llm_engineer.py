@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from agents import EngineerContext
 from agents.edits import Block, apply_blocks
 from agents.engineer import HeuristicEngineer, commit
+from agents.librarian import how_of
 from agents.llm import LLMRole, UseBuiltin
 from agents.playbook import layer_of
 from evotrainer import variables
@@ -62,6 +63,13 @@ def api_doc(domain: str) -> str:
         return ""
 
 
+def skill_line(diagnosis_id: str, s: Skill) -> str:
+    """A retrieved skill as the request shows it: its record, and how to make its edit (the Librarian's text)."""
+    how = how_of(s)
+    return (f"{diagnosis_id}: {s.intervention} (skill {s.id}; uses {s.uses}, wins {s.wins}): trigger {s.trigger}; "
+            f"expected {s.expected_outcome}; validation {s.validation}" + (f"; how: {how}" if how else ""))
+
+
 def scope_problems(p: Proposal, edits: dict[str, str], read, ctx: EngineerContext) -> list[str]:
     """Why applied ``edits`` are not the one change ``p`` declares: variables beyond ``p.variable`` (by the rule
     the backtest's safety check applies), or a subtraction that does not subtract."""
@@ -100,8 +108,7 @@ class LLMEngineer(LLMRole):
         read = self._read(ctx)
         shown = "\n\n".join(f"--- {f} ---\n{read(f)}" for f in files if not f.startswith("."))
         diag = "\n".join(d.model_dump_json(exclude={"status"}) for d in confirmed)
-        sk = "\n".join(f"{did}: {s.intervention} (uses {s.uses}, wins {s.wins}): trigger {s.trigger}; expected "
-                       f"{s.expected_outcome}; validation {s.validation}" for did, ss in skills.items() for s in ss)
+        sk = "\n".join(skill_line(did, s) for did, ss in skills.items() for s in ss)
         rej = "\n".join(f"{b}: {'; '.join(r)}" for b, r in ctx.rejections.items())
         parts = [f"Phase {ctx.phase}, round {ctx.round}. Confirmed diagnoses:\n{diag}",
                  f"Harness API:\n{api_doc(ctx.domain)}", f"Harness files at main ({ctx.base_sha[:8]}):\n{shown}",

@@ -304,6 +304,33 @@ def test_librarian_writes_the_skill_text(tmp_path):
     assert stored.trigger == "dead groups above 50%" and stored.domains == ["any", "math"] and stored.uses == 1
 
 
+def test_a_skill_the_librarian_wrote_is_in_the_llm_engineers_request(tmp_path, repo):
+    """Phase 1's rejected candidate becomes a skill in the LLM Librarian's words; in the next round the Librarian
+    retrieves it for the same failure and the Engineer's request shows it, its how-text included."""
+    ev = evidence(tmp_path, repo)
+    (d,) = [x.model_copy(update={"status": "confirmed"}) for x in HeuristicDiagnostician().diagnose(ev)
+            if x.failure_mode == "dead_groups"]
+    cand = Candidate(branch="candidates/phase-1-1", base_sha="b", sha="c1", diagnosis_id=d.id,
+                     intervention="skip_flat", hypothesis="h", variable="filters.keep_group",
+                     target_metric="kept_dead_ratio", direction="down", expected="e", rollback="r", files=["filters.py"])
+    how = "in keep_group, return False when every reward in the group is equal"
+    skill = {"trigger": "most groups have one reward", "intervention": how, "expected": "kept_dead_ratio to 0",
+             "validation": "replay", "applicability": ["math"]}
+    answers = iter([json.dumps(skill), engineer_answer(d.id, KEEP_GROUP)])
+    with scripted(lambda model, messages: next(answers)) as calls:
+        ctx = llm_ctx(tmp_path)
+        lib = LLMLibrarian(ctx, HeuristicLibrarian(str(tmp_path / "skills")))
+        lib.record_outcome(cand, ReportBench(True).judge(cand).model_copy(update={"verdict": "reject"}), d, "math")
+        retrieved = {d.id: lib.retrieve(d, "math")}
+        eng = EngineerContext(phase=2, round=1, repo=repo, base_sha=repo.sha("main"), knobs=ev.knobs, domain="math")
+        LLMEngineer(ctx, HeuristicEngineer()).propose([d], eng, retrieved)
+    assert [s.id for s in retrieved[d.id]] == ["dead_groups:skip_flat"]
+    assert role_of(calls[1]["messages"]) == "engineer"
+    (line,) = [x for x in last_user(calls[1]["messages"]).splitlines() if "dead_groups:skip_flat" in x]
+    assert line.startswith(f"{d.id}: skip_flat (skill dead_groups:skip_flat; uses 1, wins 0): trigger most groups "
+                           "have one reward") and line.endswith(f"; how: {how}")
+
+
 def test_stalled_engineer_changes_layer_else_subtracts(tmp_path, repo):
     ev = evidence(tmp_path, repo)
     diagnoses = HeuristicCritic().critique(HeuristicDiagnostician().diagnose(ev), ev, 0).diagnoses
