@@ -103,6 +103,14 @@ class TrainerConfig(_Section):
     vllm_gpu_memory_utilization: float = Field(
         0.3, gt=0, lt=1, description="share of the GPU's memory the colocated vLLM engine takes (generation: vllm)"
     )
+    processes: int = Field(
+        1, ge=1, description="processes that train each phase together, one per GPU (accelerate launch --multi_gpu); "
+        "each generated batch is split among them, so they must divide prompts_per_step x oversample x group_size"
+    )
+    accelerate_args: list[str] = Field(
+        default_factory=list, description="more flags for `accelerate launch` when processes > 1, e.g. [--gpu_ids, "
+        "'0,1'] or [--config_file, acc.yaml]"
+    )
     url: str | None = Field(
         None, description="URL of a running trainer service; empty starts a local one on loopback"
     )

@@ -70,6 +70,9 @@ class PhaseResult(_Model):
     wall_time_s: float
     tokens: int = Field(description="completion tokens generated while training")
     skipped_batches: int = Field(0, description="batches where the harness filters kept nothing")
+    sandbox_attempts: list[dict] = Field(
+        default_factory=list, description="what harness code tried in the sandbox while training (denied): "
+        "{kind, what, where, op}")
 
 
 Layer = Literal["score", "signal", "behavior", "version"]

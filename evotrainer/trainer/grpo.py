@@ -20,6 +20,7 @@ that looks finished.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -37,6 +38,7 @@ from evotrainer.rollouts import group_stats, level_history, read_rollouts, write
 from evotrainer.trainer.dashboards import phase_runs, trl_args
 from evotrainer.trainer.generation import grpo_args
 from evotrainer.trainer.hooks import HarnessHooks, lr_multiplier, make_trainer_class
+from evotrainer.trainer.launch import rank, world
 from evotrainer.trainer.model import evaluate, load_policy, resolve_device, uses_chat
 from evotrainer.trainer.wire import PhaseRequest, PilotResult
 
@@ -94,13 +96,19 @@ def grpo_config(req: PhaseRequest, knobs: Knobs, device: str, output_dir: Path) 
     """The GRPOConfig arguments of a phase: harness knobs, the request's settings, dashboards and generation backend.
 
     One definition, used by every phase and pilot and by ``benchmarks/gpu_phase.py``'s plain-TRL baseline, so the
-    baseline trains with exactly the phase's configuration.
+    baseline trains with exactly the phase's configuration. With several processes (``launch.py``) each generated
+    batch is split among them: every process generates and trains its share.
     """
+    batch = req.prompts_per_step * knobs.oversample * knobs.group_size
+    if batch % world():
+        raise ValueError(f"trainer.processes ({world()}) must divide the generated batch: prompts_per_step x "
+                         f"oversample x group_size = {req.prompts_per_step} x {knobs.oversample} x "
+                         f"{knobs.group_size} = {batch}")
     return dict(
         output_dir=str(output_dir),
         learning_rate=knobs.learning_rate,
         num_generations=knobs.group_size,
-        per_device_train_batch_size=req.prompts_per_step * knobs.oversample * knobs.group_size,
+        per_device_train_batch_size=batch // world(),
         gradient_accumulation_steps=1,
         steps_per_generation=1,
         num_iterations=knobs.updates_per_batch,
@@ -149,10 +157,11 @@ class Trained:
     rd: Any
     optimizer_state: dict | None  # AdamW's state (with LoRA, the adapter's)
     chat: str  # policy.chat: how the evaluator prompts this policy
+    attempts: list[dict]  # what harness code tried in the sandbox while training (every rank's), each {kind, what, ...}
 
 
 def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int) -> Trained:
-    """Train ``req.steps`` generated batches at the request's harness sha."""
+    """Train ``req.steps`` generated batches at the request's harness sha (on this rank, when several train)."""
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -168,6 +177,8 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
     domain = get_domain(req.domain)
     repo = HarnessRepo(rd.harness)
     progress({"stage": "setup", "step": 0, "total": req.steps})
+    if world() > 1:
+        scratch = scratch / f"rank{rank()}"
     box = req.sandbox
     with repo.worktree(req.harness_sha) as harness_dir, HarnessWorker(
         harness_dir, limits=box.limits, backend=box.backend, image=box.image, hide=rd.hidden_from_harness()
@@ -211,16 +222,22 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
             peft_config=peft_config, callbacks=[_Progress()], harness_hooks=hooks, optimizer_state=optimizer_state,
             schedule=lambda k: lr_multiplier(knobs, req.step_offset + k // knobs.updates_per_batch, req.run_steps),
         )
-        with phase_runs(req):  # dashboards (training.report_to): one run per phase
+        with phase_runs(req) if rank() == 0 else contextlib.nullcontext():  # dashboards: one run per phase
             trainer.train()
         model = trainer.model  # with LoRA a PeftModel: saved as its adapter, which the next phase trains on
         moments = trainer.optimizer.state_dict()
+        attempts = list(worker.attempts)
+        if world() > 1:
+            from accelerate.utils import gather_object
+
+            attempts = gather_object(attempts)
     shutil.rmtree(scratch, ignore_errors=True)
-    return Trained(model, tokenizer, hooks, train_logs, device, domain, rd, moments, req.chat)
+    return Trained(model, tokenizer, hooks, train_logs, device, domain, rd, moments, req.chat, attempts)
 
 
-def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseResult:
-    """Train one phase at ``req.harness_sha`` and return its PhaseResult (also written to result.json)."""
+def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseResult | None:
+    """Train one phase at ``req.harness_sha`` and return its PhaseResult (also written to result.json); None on
+    the other ranks when several processes train it."""
     from evotrainer.rundir import RunDir
 
     t0 = time.time()
@@ -232,6 +249,8 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
             return result
     scratch = RunDir(req.run_dir).scratch / f"phase-{req.phase:04d}"
     out = _train(req, progress, scratch, req.seed * 7919 + req.phase)
+    if rank() != 0:  # several processes trained it: rank 0 logs, evaluates and saves
+        return None
     hooks, logs, rd = out.hooks, out.logs, out.rd
 
     progress({"stage": "eval", "step": req.steps, "total": req.steps})
@@ -264,6 +283,7 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
         train={k: v for k, v in train.items() if v is not None},
         eval=result_eval, rollout_path=str(rollout_path), checkpoint_path=str(ckpt),
         wall_time_s=round(time.time() - t0, 2), tokens=hooks.tokens, skipped_batches=hooks.skipped_batches,
+        sandbox_attempts=out.attempts,
     )
     (tmp / "result.json").write_text(result.model_dump_json(indent=1))
     shutil.rmtree(ckpt, ignore_errors=True)
@@ -272,7 +292,7 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
     return result
 
 
-def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotResult:
+def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotResult | None:
     """A few training steps at a harness sha from a checkpoint: rollouts and a probe-split score, nothing saved.
 
     Main and a candidate piloted with the same request fields see the same tasks and seeds (they depend on the
@@ -289,6 +309,8 @@ def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotRe
     trained = _train(req, progress, rd.scratch / f"pilot-{name}",
                      # a counterfactual phase draws the real phase's tasks; trial arms draw their own
                      req.seed * 7919 + req.phase + (0 if req.held_out else 104729 + 1000 * req.replicate))
+    if rank() != 0:
+        return None
     write_rollouts(trained.hooks.rollouts, out)
     probe = None
     if req.probe_size or req.held_out:
@@ -298,4 +320,4 @@ def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotRe
                          trained.device, samples=req.eval_samples, chat=req.chat)
     return PilotResult(harness_sha=req.harness_sha, steps=req.steps, replicate=req.replicate, rollout_path=str(out),
                        stats=group_stats([r.model_dump() for r in trained.hooks.rollouts]), probe=probe,
-                       wall_time_s=round(time.time() - t0, 2))
+                       wall_time_s=round(time.time() - t0, 2), sandbox_attempts=trained.attempts)

@@ -47,9 +47,11 @@ def make_trainer_class():
         """GRPOTrainer plus the harness's filters, dynamic sampling, a run-level schedule and a per-rollout log.
 
         ``_generate_and_score_completions`` is TRL's batch-making step (generate, score, compute advantages).
-        After it, the harness filters decide which rollouts train (``HarnessHooks.decide``), the kept rows get
-        their advantages recomputed among themselves (``scoring.batch_advantages``), and the rejected rows are
-        removed from every per-sample tensor, so they add neither gradient nor dilution to the loss. When nothing
+        After it, the harness filters decide which rollouts train (``HarnessHooks.decide``, on the whole batch
+        even when several processes share it), the kept rows get their advantages recomputed among themselves
+        (``scoring.batch_advantages``), and the rejected rows are removed from every per-sample tensor, so they add
+        neither gradient nor dilution to the loss (with several processes, a process that kept fewer rows than
+        another keeps masked stand-ins up to its count: equal weights per kept row, the loss's scale aside). When nothing
         is kept, the step makes no update at all: the loss has no graph, no parameter gets a gradient, and the
         optimizer skips parameters without one (no momentum, no weight decay). Such a step is counted as skipped.
         A generated batch may train ``updates_per_batch`` times (TRL's ``num_iterations``); gradient accumulation
@@ -84,11 +86,34 @@ def make_trainer_class():
             return self.lr_scheduler
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            # every rollout of this batch was filtered out. With several processes the rank still runs the loss
-            # (its mask is all zeros: a zero gradient), or the others would wait for its gradients forever
-            if self._skip_update and self.accelerator.num_processes == 1:
+            # every rollout of the generated batch (on every process: the decision is global) was filtered out.
+            # A process that kept nothing of its own share while others kept some still runs the loss (its mask is
+            # all zeros: a zero gradient), or the others would wait for its gradients forever
+            if self._skip_update:
                 return torch.zeros((), device=inputs["advantages"].device, requires_grad=True)
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+        def _decide(self, batch: list[dict], local: list[float], step: int) -> tuple[list[bool], list[float]]:
+            """(kept, advantage) for this process's share of the generated batch. With several processes the
+            filters judge the whole batch once, on the main process (groups, dynamic sampling's capacity and batch
+            scaling are about the whole batch), which logs every rollout; the others take their share."""
+            acc = self.accelerator
+            if acc.num_processes == 1:
+                kept, advantages = self.hooks.decide(batch, local, self.num_generations, step)
+                self.hooks.log(batch, kept, advantages)
+                return kept, advantages
+            from accelerate.utils import broadcast_object_list, gather_object
+
+            everyone = gather_object(batch)  # in process order, as TRL's own gather of the rewards
+            raw = acc.gather(torch.tensor(local, device=acc.device)).cpu().tolist()
+            decision = [None]
+            if acc.is_main_process:
+                decision = [self.hooks.decide(everyone, raw, self.num_generations, step)]
+                self.hooks.log(everyone, *decision[0])
+            broadcast_object_list(decision)
+            kept, advantages = decision[0]
+            share = slice(acc.process_index * len(batch), (acc.process_index + 1) * len(batch))
+            return kept[share], advantages[share]
 
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
@@ -98,26 +123,33 @@ def make_trainer_class():
                 raise RuntimeError(f"rollout buffer out of step with the batch ({len(batch)} vs {n})")
             raw = output["advantages"].detach().cpu().tolist()
             step = self.state.global_step // self.num_iterations + 1  # generated batches so far, this one included
-            kept, advantages = self.hooks.decide(batch, raw, self.num_generations, step)
+            kept, advantages = self._decide(batch, raw, step)
             output["advantages"] = torch.tensor(advantages, dtype=output["advantages"].dtype,
                                                 device=output["advantages"].device)
             keep_idx = [i for i, k in enumerate(kept) if k]
-            self._skip_update = not keep_idx
-            if not keep_idx:
-                output["completion_mask"] = torch.zeros_like(output["completion_mask"])
+            # every process trains as many rows as the one that kept most (TRL gathers per-row figures, which must
+            # be the same size everywhere): the rest are masked stand-ins from the rows it dropped, so every kept
+            # row weighs the same and only the loss's overall scale differs from one process. One process: none.
+            most = int(self.accelerator.gather(torch.tensor([len(keep_idx)], device=self.accelerator.device)).max())
+            self._skip_update = most == 0
+            if self._skip_update:
                 self.hooks.skipped_batches += 1
+                output["completion_mask"] = torch.zeros_like(output["completion_mask"])
             elif len(keep_idx) < n:
-                idx = torch.tensor(keep_idx, device=output["advantages"].device)
+                pad = [i for i, k in enumerate(kept) if not k][: most - len(keep_idx)]
+                idx = torch.tensor(keep_idx + pad, device=output["advantages"].device)
                 for key, value in list(output.items()):
                     if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == n:
                         output[key] = value.index_select(0, idx.to(value.device))
+                if pad:
+                    output["completion_mask"][len(keep_idx):] = 0
+                    output["advantages"][len(keep_idx):] = 0
             mask = output["completion_mask"]
             if "tool_mask" in output:
                 mask = mask * output["tool_mask"]
             # the loss normaliser counts the tokens that train on every process, as TRL's own does (gathered on
             # every rank, whatever it kept: a collective call that one rank skipped would hang the others)
             output["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
-            self.hooks.log(batch, kept, advantages)
             return output
 
     return _HarnessGRPOTrainer

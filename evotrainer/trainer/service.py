@@ -11,7 +11,8 @@ API (JSON):
     POST /evaluate                wire.EvalRequest -> EvalResult on the run's held-out split (409 while a phase runs)
     POST /shutdown                stops the process
 
-One phase runs at a time, in a worker thread; a second different request while busy gets 409. With
+One phase runs at a time, in a worker thread (or, with ``processes`` > 1 in the request, in processes launched
+for it by ``accelerate launch``: ``launch.py``); a second different request while busy gets 409. With
 ``--parent-pid`` the service exits when that process is gone (the kernel's parent-death signal covers a local
 child, and a watcher thread covers the rest), so a killed ``evotrainer run`` never leaves a trainer behind.
 """
@@ -97,6 +98,8 @@ def create_app() -> FastAPI:
                 from evotrainer.trainer.grpo import run_phase, run_pilot
 
                 run = run_pilot if req.pilot else run_phase
+                if req.processes > 1:  # several ranks, launched for this job (trainer/launch.py)
+                    from evotrainer.trainer.launch import run_launched as run
                 result = run(req, progress=lambda p: job.__setitem__("progress", p))
                 job["result"] = result.model_dump(mode="json")
                 job["state"] = "done"
@@ -145,7 +148,8 @@ def create_app() -> FastAPI:
     return app
 
 
-def _watch_parent(pid: int) -> None:
+def watch_parent(pid: int) -> None:
+    """Exit this process when ``pid`` is gone (or a zombie): the service with its run, the ranks with the service."""
     import psutil
 
     while True:
@@ -165,7 +169,7 @@ def serve(host: str = "127.0.0.1", port: int = 8765, parent_pid: int | None = No
     import uvicorn
 
     if parent_pid:
-        threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+        threading.Thread(target=watch_parent, args=(parent_pid,), daemon=True).start()
     app = create_app()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

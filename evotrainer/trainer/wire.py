@@ -54,6 +54,8 @@ class PhaseRequest(_Wire):
     generation: str = Field("hf", description="rollout generation: hf or vllm (trainer.generation)")
     vllm_gpu_memory_utilization: float = Field(0.3, description="GPU memory share of the colocated vLLM engine")
     run_name: str = Field("", description="the run's name: dashboards tag each phase with it")
+    processes: int = Field(1, ge=1, description="processes that train the phase together (trainer.processes)")
+    accelerate_args: list[str] = Field(default_factory=list, description="more flags for `accelerate launch`")
 
     @classmethod
     def make(cls, cfg: Config, run_dir: str, phase: int, harness_sha: str, init_checkpoint: str, steps: int,
@@ -68,6 +70,7 @@ class PhaseRequest(_Wire):
             eval_samples=cfg.training.eval_samples,
             report_to=list(cfg.training.report_to), run_name=cfg.name, generation=cfg.trainer.generation,
             vllm_gpu_memory_utilization=cfg.trainer.vllm_gpu_memory_utilization,
+            processes=cfg.trainer.processes, accelerate_args=list(cfg.trainer.accelerate_args),
             sandbox=cfg.sandbox, pilot=pilot, step_offset=(phase - 1) * per_phase, run_steps=cfg.phases * per_phase,
             carry_optimizer=cfg.training.carry_optimizer,
             reference_checkpoint=base_policy if cfg.training.kl_reference == "base" else init_checkpoint,
@@ -99,6 +102,9 @@ class PilotResult(_Wire):
     stats: dict[str, float]
     probe: EvalResult | None = Field(None, description="the trained policy scored on the probe split")
     wall_time_s: float
+    sandbox_attempts: list[dict] = Field(
+        default_factory=list, description="what harness code tried in the sandbox while training (denied): "
+        "{kind, what, where, op}; any rejects a candidate")
 
 
 if __name__ == "__main__":
