@@ -19,7 +19,9 @@ compare its decisions with it:
                           gain, paired per task and seed, must clear zero at 95%
 
 With trials on, the targeted metric is reported but does not decide (an edit can move its own target by
-construction). This module computes the checks; the Backtester agent turns them into a verdict.
+construction). This module computes the checks; the Backtester agent turns them into a verdict. When judging a
+candidate raises all the same (a case no check foresaw), :func:`could_not_judge` is the last resort: a rejection
+with one failed check ``judge`` and the reason "could not judge: <one line>", so the run goes on.
 """
 
 from __future__ import annotations
@@ -260,6 +262,34 @@ def with_check(report: BacktestReport, check: Check) -> BacktestReport:
     return report.model_copy(update={"checks": checks, "verdict": "reject" if reasons else "promote",
                                      "reasons": reasons or [f"all {len(checks)} checks passed; {check.name}: "
                                                             f"{check.detail}"]})
+
+
+def one_line(err: BaseException) -> str:
+    """An exception as one readable line: git's own complaint for a git error, else ``Type: first line``."""
+    import git
+
+    if isinstance(err, git.InvalidGitRepositoryError):
+        return f"{err}: not a git repository"
+    if isinstance(err, git.NoSuchPathError):
+        return f"{err}: no such folder"
+    if isinstance(err, git.GitCommandError):
+        said = [ln.strip().strip("'").removeprefix("fatal: ").removeprefix("error: ")
+                for ln in str(err.stderr or "").replace("stderr:", "").splitlines()]
+        said = [ln for ln in said if ln]
+        cmd = err.command[:2] if isinstance(err.command, (list, tuple)) else str(err.command).split()[:2]
+        return f"{' '.join(map(str, cmd))} failed (exit {err.status})" + (f": {said[-1]}" if said else "")
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def could_not_judge(candidate: Candidate, base_sha: str, err: Exception, runtime_s: float = 0.0,
+                    sandbox: str = "") -> BacktestReport:
+    """The last-resort verdict when judging ``candidate`` raised ``err``: rejected, "could not judge: <one line>"."""
+    why = f"could not judge: {one_line(err)}"[:500]
+    return BacktestReport(branch=candidate.branch, candidate_sha=candidate.sha, base_sha=base_sha,
+                          target_metric=candidate.target_metric, checks=[Check(name="judge", passed=False, detail=why)],
+                          noise_floor=0.0, verdict="reject", reasons=[why], runtime_s=round(runtime_s, 2), rollouts=0,
+                          sandbox=sandbox)
 
 
 def _describe(c: Check) -> str:

@@ -11,7 +11,7 @@ the playbook entry of its variable, or ``reward_verified_auc`` up.
 Exit status: 0 the commit passes (would promote; with trials on, the A/B trial of a real run still decides),
 1 it is rejected (the reasons say why), 2 it could not be judged (the reason: no such ref, no retained rollouts,
 nothing to judge, a harness folder that is not a git repository, a git command that failed, ...): every failure
-before or during the backtest is exit 2 with one line (:func:`one_line`), never a traceback, so a 1 always means
+before or during the backtest is exit 2 with one line (``evotrainer.backtest.one_line``), never a traceback, so a 1 always means
 "rejected". Nothing of the run is changed: no note, no branch, no state. Try it alone:
 ``evotrainer backtest /tmp/after/demo candidates/phase-1-1 --json``.
 """
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import git
 
+from evotrainer.backtest import one_line
 from evotrainer.contracts import Candidate
 from evotrainer.harness import HarnessRepo, parse_trailers
 from evotrainer.rundir import RunDir
@@ -83,22 +84,6 @@ def candidate_for(repo: HarnessRepo, ref: str, domain: str) -> Candidate:
         rollback=trailers.get("Rollback") or f"revert {commit.hexsha[:12]}",
         files=sorted(repo.repo.git.diff("--name-only", base, commit.hexsha).split()),
     )
-
-
-def one_line(err: BaseException) -> str:
-    """An exception as one readable line: git's own complaint for a git error, else ``Type: first line``."""
-    if isinstance(err, git.InvalidGitRepositoryError):
-        return f"{err}: not a git repository"
-    if isinstance(err, git.NoSuchPathError):
-        return f"{err}: no such folder"
-    if isinstance(err, git.GitCommandError):
-        said = [ln.strip().strip("'").removeprefix("fatal: ").removeprefix("error: ")
-                for ln in str(err.stderr or "").replace("stderr:", "").splitlines()]
-        said = [ln for ln in said if ln]
-        cmd = err.command[:2] if isinstance(err.command, (list, tuple)) else str(err.command).split()[:2]
-        return f"{' '.join(map(str, cmd))} failed (exit {err.status})" + (f": {said[-1]}" if said else "")
-    text = " ".join(str(err).split())
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def _retained(rd: RunDir, keep: int) -> list[int]:

@@ -5,17 +5,25 @@ phase, from the evidence cache), which are the safety checks and the "effect" ch
 A/B trial through the trainer service: from this phase's checkpoint main and the candidate each train
 ``backtest.trial_steps`` generated batches with the same seeds and tasks (``trial_seeds`` replicates; main's arm
 is trained once per phase) and are scored on the probe split of the training pool, paired per task. A trial that
-fails in the trainer is a rejection with its reason, never a crash. Each report is stored as the candidate's
+fails in the trainer is a rejection with its reason, never a crash, and so is any other exception judging one
+candidate ("could not judge: <one line>", ``evotrainer.backtest.could_not_judge``): the other candidates are still
+judged and the run goes on. Only what stops the run on purpose passes through: a pause (``RunPaused``: an LLM
+budget spent; LangGraph's interrupts) and KeyboardInterrupt/SystemExit. Each report is stored as the candidate's
 ``backtest`` git note. Router ``route``: back to the Engineer (with the reasons) when nothing passed and rounds
 are left, else to promote.
 """
 
 from __future__ import annotations
 
-from evotrainer.backtest import judge, trial_check, with_check
+import time
+
+from langgraph.errors import GraphBubbleUp
+
+from evotrainer.backtest import could_not_judge, judge, trial_check, with_check
 from evotrainer.contracts import BacktestReport, Candidate, Check, EvalResult
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
+from evotrainer.pause import RunPaused
 from evotrainer.trainer.client import TrainerError
 
 
@@ -67,7 +75,13 @@ def step(rt: Runtime, state: RunState) -> dict:
     no_effect = {sha: list(names) for sha, names in state.no_effect.items()}
     with rt.reporter.progress(f"phase {state.phase}: backtesting", len(todo)) as bar:
         for i, cand in enumerate(todo):
-            report = rt.agents.backtester.judge(cand, bench)
+            t0 = time.time()
+            try:
+                report = rt.agents.backtester.judge(cand, bench)
+            except (RunPaused, GraphBubbleUp):
+                raise  # the run stops on purpose (an LLM budget, the human gate) and resumes here
+            except Exception as err:  # noqa: BLE001 - one candidate must never stop an unattended run
+                report = could_not_judge(cand, bench.main_sha, err, time.time() - t0)
             rt.repo.add_note(cand.sha, report.model_dump(mode="json"), ref="backtest")
             rt.emit("verdict", phase=state.phase, branch=cand.branch, verdict=report.verdict, reasons=report.reasons,
                     checks=[ch.model_dump(mode="json") for ch in report.checks], runtime_s=report.runtime_s,

@@ -1,0 +1,169 @@
+"""The loop's backtest step (``evotrainer/loop/backtest.py``) over a round of candidates: one that cannot be judged,
+or whose A/B trial fails in the trainer, is rejected with its reason; the others are still judged; the run goes on.
+
+The run directory is made without training (``tests/backtest_world.py``); the step runs with the run's own
+Runtime: its harness repo, evidence cache, built-in agents and events log. With trials off nothing reaches a
+trainer. The trial test starts the real trainer service on the run (the tiny policy, the phase's checkpoint) and
+asks it for a knob the config parse accepts but the trainer refuses: a completion budget beyond the tiny policy's
+context window (``evotrainer.trainer.grpo.check_budget``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from agents import build_agents
+from evotrainer.console import Reporter
+from evotrainer.contracts import BacktestReport, Candidate
+from evotrainer.harness import HarnessRepo
+from evotrainer.loop import backtest
+from evotrainer.loop.runtime import Runtime
+from evotrainer.loop.state import RunState
+from evotrainer.pause import RunPaused
+from evotrainer.rundir import RunDir
+from evotrainer.trainer.client import TrainerClient
+from tests.backtest_world import HACK_REWARDS, NUMERIC_REWARDS, make_run
+from tests.conftest import free_port
+
+
+def runtime(rd: RunDir, trainer: TrainerClient) -> Runtime:
+    cfg = rd.load_config()
+    return Runtime(rd=rd, cfg=cfg, trainer=trainer, agents=build_agents(cfg, str(rd.skills_path(cfg)), rd.root),
+                   reporter=Reporter(quiet=True), base_policy=str(rd.policy_base))
+
+
+def _declared(repo: HarnessRepo, name: str, variable: str, files: list[str]) -> Candidate:
+    return Candidate(branch=f"candidates/phase-1-{name}", base_sha=repo.sha("main"), diagnosis_id="d1-1",
+                     intervention=name, hypothesis="if X then Y because Z", variable=variable,
+                     target_metric="reward_verified_auc", direction="up", expected="reward_verified_auc up",
+                     rollback="revert", files=sorted(files))
+
+
+def candidate(repo: HarnessRepo, name: str, edits: dict[str, str], variable: str) -> Candidate:
+    cand = _declared(repo, name, variable, list(edits))
+    cand.sha = repo.commit_candidate(cand.branch, cand.base_sha, edits, f"{variable}: {name}", "test", {})
+    return cand
+
+
+def knobs_folder(repo: HarnessRepo) -> Candidate:
+    """A candidate whose harness.yaml is a folder (git plumbing, as an agent with a shell could commit it): reading
+    its knobs raises IsADirectoryError, which no check catches. Should a check learn to refuse it, this test needs
+    another candidate whose judging raises."""
+    cand = _declared(repo, "knobs-folder", "harness.yaml", ["harness.yaml", "harness.yaml/knobs.yaml"])
+    g = repo.repo.git
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        g.read_tree(cand.base_sha, env=env)
+        g.update_index("--force-remove", "harness.yaml", env=env)
+        blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo.path, input=repo.show_file(
+            "main", "harness.yaml"), capture_output=True, text=True, check=True).stdout.strip()
+        g.update_index("--add", "--cacheinfo", f"100644,{blob},harness.yaml/knobs.yaml", env=env)
+        cand.sha = g.commit_tree(g.write_tree(env=env), "-p", cand.base_sha, "-m", "harness.yaml: as a folder")
+    g.update_ref(f"refs/heads/{cand.branch}", cand.sha)
+    return cand
+
+
+def run_step(rt: Runtime, cands: list[Candidate]) -> tuple[RunState, dict[str, BacktestReport]]:
+    """The backtest step on a round of ``cands``, its update merged into the state as LangGraph would."""
+    state = RunState(phase=1, engineer_round=1, candidates=cands, round_branches=[c.branch for c in cands])
+    state = state.model_copy(update=backtest.step(rt, state))
+    return state, {r.branch: r for r in state.reports}
+
+
+def verdicts(rd: RunDir) -> dict[str, dict]:
+    events = [json.loads(line) for line in rd.events_path.read_text().splitlines()]
+    return {e["branch"]: e for e in events if e["kind"] == "verdict"}
+
+
+@pytest.fixture(scope="module")
+def replay_only(tmp_path_factory) -> RunDir:
+    return make_run(tmp_path_factory.mktemp("step") / "run", ["backtest.trial_steps=0"])
+
+
+def test_a_candidate_that_cannot_be_judged_is_rejected_and_the_round_goes_on(replay_only: RunDir) -> None:
+    rd = replay_only
+    rt = runtime(rd, TrainerClient(f"http://127.0.0.1:{free_port()}"))  # trials off: no trainer is asked
+    try:
+        repo = rt.repo
+        broken = knobs_folder(repo)
+        fine = candidate(repo, "numeric", {"rewards.py": NUMERIC_REWARDS}, "rewards.correct")
+        state, reports = run_step(rt, [broken, fine])
+    finally:
+        rt.close()
+    bad = reports[broken.branch]
+    assert bad.verdict == "reject" and len(bad.reasons) == 1, bad.reasons
+    assert bad.reasons[0].startswith("could not judge: IsADirectoryError") and "harness.yaml" in bad.reasons[0]
+    assert [(c.name, c.passed) for c in bad.checks] == [("judge", False)]
+    # the candidate after it was judged in full, and the round routes on as any other round
+    good = reports[fine.branch]
+    assert good.verdict == "promote" and any(c.name == "effect" and c.passed for c in good.checks), good.reasons
+    assert backtest.route(rd.load_config().evolution.max_engineer_rounds, state) == "promote"
+    # stored like any other verdict: the candidate's backtest note and the run's events
+    assert repo.note(broken.sha)["reasons"] == bad.reasons and repo.note(fine.sha)["verdict"] == "promote"
+    assert verdicts(rd)[broken.branch]["reasons"] == bad.reasons
+
+
+class _Pausing:
+    """A Backtester agent whose judging raises ``exc``, as the LLM one does when its budget is spent (RunPaused)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def judge(self, candidate, bench):
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", [RunPaused("budget", "LLM budget spent"), KeyboardInterrupt()],
+                         ids=["paused", "interrupted"])
+def test_a_pause_or_an_interrupt_is_not_a_verdict(replay_only: RunDir, exc: BaseException) -> None:
+    rt = runtime(replay_only, TrainerClient(f"http://127.0.0.1:{free_port()}"))
+    rt.agents.backtester = _Pausing(exc)
+    try:
+        cand = candidate(rt.repo, f"paused-{type(exc).__name__}", {"rewards.py": HACK_REWARDS}, "rewards.correct")
+        with pytest.raises(type(exc)):
+            run_step(rt, [cand])
+        assert rt.repo.note(cand.sha) is None  # nothing recorded: the run resumes and judges it then
+    finally:
+        rt.close()
+
+
+@pytest.mark.slow  # the trainer service, the tiny policy's warm-up and one trial arm: about a minute
+def test_a_knob_the_trainer_rejects_fails_the_trial_with_the_trainers_reason(tmp_path: Path, policy_cache) -> None:
+    """``max_completion_length: 100`` passes harness.yaml's parse (1..32768) and every replay check (it changes
+    the update), and then the trainer refuses it in the candidate's trial arm: 100 tokens and the prompt do not fit
+    the tiny policy's 64-token window. Rejected with the trainer's words; the next candidate is still judged."""
+    import os
+
+    from evotrainer.trainer.client import local_service
+
+    os.environ["EVOTRAINER_CACHE"] = str(policy_cache)
+    rd = make_run(tmp_path / "run")
+    rd.ensure_policy(log=lambda _: None)
+    shutil.copytree(rd.policy_base, rd.checkpoint(1))  # phase 1's checkpoint: where the trial arms start
+    with local_service(rd.root, env={"EVOTRAINER_CACHE": str(policy_cache)}) as trainer:
+        rt = runtime(rd, trainer)
+        try:
+            repo = rt.repo
+            knobs = repo.show_file("main", "harness.yaml").replace("max_completion_length: 8 ",
+                                                                   "max_completion_length: 100 ")
+            too_long = candidate(repo, "too-long", {"harness.yaml": knobs}, "harness.yaml:max_completion_length")
+            after = candidate(repo, "hack", {"rewards.py": HACK_REWARDS}, "rewards.correct")
+            state, reports = run_step(rt, [too_long, after])
+            assert trainer.health()["pid"]  # the service is still there for the next phase
+        finally:
+            rt.close()
+    report = reports[too_long.branch]
+    trial = next(c for c in report.checks if c.name == "trial:probe_accuracy")
+    assert report.verdict == "reject" and not trial.passed
+    assert all(c.passed for c in report.checks if c is not trial), report.reasons  # only the trial refused it
+    assert "the trial failed in the trainer" in trial.detail and "context window of 64 tokens" in trial.detail
+    assert "max_completion_length 100" in trial.detail
+    assert reports[after.branch].verdict == "reject" and any(r.startswith("main_tests:")
+                                                             for r in reports[after.branch].reasons)
+    assert backtest.route(1, state) == "promote" and repo.note(too_long.sha)["reasons"] == report.reasons
