@@ -252,6 +252,11 @@ KINDS = [
                                                          "prompt.make_prompt"), "harness_tree", ("symbolic link",)),
     Kind("commits an oversize file", lambda w: commit_raw(w.repo, {"data.bin": ("100644", b"0" * (2 << 20))},
                                                           "data.bin"), "harness_tree", ("over the",)),
+    Kind("commits a submodule", lambda w: commit_raw(w.repo, {"vendor/helpers": ("160000", b"a gitlink")},
+                                                     "vendor/helpers"), "harness_tree", ("vendor/helpers", "submodule")),
+    Kind("oversize harness.yaml", _edit(lambda w: {"harness.yaml": _seed(w.repo, "harness.yaml") + "".join(
+        f"# padding line {i:05d} of a harness.yaml far larger than any knob file needs\n" for i in range(1000))},
+        "harness.yaml"), "knobs_valid", ("harness.yaml", "over 65536 bytes")),
     Kind("YAML alias bomb", _edit(lambda w: {"harness.yaml": _seed(w.repo, "harness.yaml") + "\nbomb: &a [x, x, x]\n"
                                              + "".join(f"b{i}: &b{i} [*a, *a, *a]\n" for i in range(20))},
                                   "harness.yaml:bomb"), "knobs_valid", ("aliases",)),
@@ -301,7 +306,8 @@ KINDS = [
         '    return 1.0 if _answer', '    return "1" if _answer')}, "rewards.correct"), "self_tests", ()),
 ]
 FAST = {"network connect", "reads a secret env var", "probes the evaluator split", "forges a response of the wrong type",
-        "commits a symbolic link", "answer leaked into the prompt", "random filter", "changes more than it declares"}
+        "commits a symbolic link", "commits a submodule", "oversize harness.yaml", "answer leaked into the prompt",
+        "random filter", "changes more than it declares"}
 
 
 @pytest.mark.parametrize("kind", [pytest.param(k, marks=() if k.name in FAST else pytest.mark.slow, id=k.name)
