@@ -9,14 +9,28 @@ however it starts them, so its limits hold for the sandbox as a whole:
   of the sandbox's tmpfs mounts; past it the kernel's OOM killer ends a process of the sandbox, never one outside;
 * kill          -- ``cgroup.kill`` (v2) or SIGKILL to every member until none is left (v1): nothing outlives it.
 
-Both layouts are supported: v2 (the unified hierarchy, where the ``memory`` and ``pids`` controllers are enabled
-for the cgroup we run in, i.e. delegated to us) and v1 (separate ``pids`` and ``memory`` hierarchies). The
-sandbox's cgroup is made beside nothing else: a child of the cgroup this process runs in, named
-``evotrainer-<pid>-<n>``; those left by a process that died are removed the next time one is made. Where no
-cgroup can be made (no write access to ``/sys/fs/cgroup``, as for most unprivileged users and containers),
-:func:`create` returns None and ``sandbox.confine`` falls back to rlimits, tmpfs sizes and polling.
+Both layouts are supported. v1 (separate ``pids`` and ``memory`` hierarchies): the sandbox's cgroups are children
+of the cgroups this process runs in, where those are writable. v2 (the unified hierarchy): the kernel's
+no-internal-process rule forbids enabling controllers for the children of a cgroup that itself holds processes
+(the root cgroup excepted), and this process is in its own cgroup, so sandbox cgroups are placed thus
+(:func:`_v2_parent`):
 
-Try it alone: ``python -m sandbox.cgroups`` (prints what this machine allows).
+1. the own cgroup (or, for a process in the leaf ``evotrainer-self`` of step 3, that leaf's parent) already has
+   ``memory`` and ``pids`` in ``cgroup.subtree_control``: sandbox cgroups are made beside it or in it;
+2. at the hierarchy's root (as this process sees it), ``+memory +pids`` is written to its subtree_control;
+3. otherwise, when the controllers are delegated to the own cgroup (listed in its ``cgroup.controllers``) and it
+   is writable, this process moves into a leaf child ``evotrainer-self`` and then enables ``+memory +pids`` for
+   the own cgroup's children; if the kernel refuses (other processes share the cgroup: a shell, a service
+   started earlier), the process moves back and the leaf is removed.
+
+Sandbox cgroups are named ``evotrainer-<pid>-<n>``; those left by a process that died are removed the next time
+one is made. Where none can be made (no write access to ``/sys/fs/cgroup``, as for most unprivileged users and
+containers, controllers not delegated, the cgroup shared), :func:`create` returns None, ``sandbox.confine``
+falls back to rlimits, tmpfs sizes and polling, and :func:`explain` says why (``sandbox.confine.run_log`` puts
+it in the run log). :func:`create` and :func:`explain` take ``root``, the filesystem root to read ``/proc/self``
+and the cgroup mounts under (``tests/test_cgroups.py`` passes a fake tree).
+
+Try it alone: ``python -m sandbox.cgroups`` (prints what this machine allows, and why).
 """
 
 from __future__ import annotations
@@ -26,69 +40,141 @@ import itertools
 import os
 import signal
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _counter = itertools.count()
 _PREFIX = "evotrainer-"
+SELF_LEAF = "evotrainer-self"  # v2: the leaf this process moves into so its own cgroup may delegate (step 3)
+ROOT = Path("/")
+_NEEDED = ("memory", "pids")
 
 
-def _mounts() -> tuple[str | None, dict[str, tuple[str, str]]]:
-    """The cgroup2 mount point, and per v1 controller (pids, memory) its (mount point, mount root)."""
-    v2, v1 = None, {}
+def _read(path: Path) -> str:
     try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        return path.read_text()
     except OSError:
-        return None, {}
-    for line in lines:
+        return ""
+
+
+def _mounts(root: Path) -> tuple[tuple[Path, str] | None, dict[str, tuple[Path, str]]]:
+    """The cgroup2 (mount point, mount root), and per v1 controller (pids, memory) its (mount point, mount root)."""
+    v2, v1 = None, {}
+    for line in _read(root / "proc/self/mountinfo").splitlines():
         left, _, right = line.partition(" - ")
         fields, tail = left.split(), right.split()
         if len(fields) < 5 or len(tail) < 3:
             continue
         if tail[0] == "cgroup2" and v2 is None:
-            v2 = fields[4]
+            v2 = (root / fields[4].lstrip("/"), fields[3])
         elif tail[0] == "cgroup":
-            for name in ("pids", "memory"):
+            for name in _NEEDED:
                 if name in tail[2].split(","):
-                    v1[name] = (fields[4], fields[3])
+                    v1[name] = (root / fields[4].lstrip("/"), fields[3])
     return v2, v1
 
 
-def _own_paths() -> dict[str, str]:
+def _own_paths(root: Path) -> dict[str, str]:
     """This process's cgroup path per v1 controller name, and "" for the v2 hierarchy."""
     out = {}
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return out
-    for line in lines:
+    for line in _read(root / "proc/self/cgroup").splitlines():
+        if line.count(":") < 2:
+            continue
         _, controllers, path = line.split(":", 2)
         for name in controllers.split(",") if controllers else [""]:
             out[name] = path
     return out
 
 
-def _under(mount: str, root: str, path: str) -> Path:
-    rel = path[len(root):] if root != "/" and path.startswith(root) else path
-    return Path(mount) / rel.lstrip("/")
+def _under(mount: Path, mount_root: str, path: str) -> Path:
+    rel = path[len(mount_root):] if mount_root != "/" and path.startswith(mount_root) else path
+    return mount / rel.lstrip("/")
 
 
-def _parents() -> tuple[int, dict[str, Path]] | None:
-    """Where sandbox cgroups can be made: (2, {"": dir}) or (1, {"pids": dir, "memory": dir}), else None."""
-    v2, v1 = _mounts()
-    own = _own_paths()
-    if v2 and "" in own:
-        parent = _under(v2, "/", own[""])
+def _enabled(directory: Path) -> set[str]:
+    return set(_read(directory / "cgroup.subtree_control").split())
+
+
+@dataclass
+class Placement:
+    """Where sandbox cgroups are made: ``version`` 2 ({"": dir}) or 1 ({"pids": dir, "memory": dir}), or 0 (none),
+    and ``note``: how they were made possible, or why they are not."""
+
+    version: int = 0
+    dirs: dict[str, Path] = field(default_factory=dict)
+    note: str = ""
+
+
+def _v2_parent(own: Path, at_root: bool, pid: int) -> tuple[Path | None, str]:
+    """The cgroup under which sandbox cgroups get memory and pids on v2 (steps 1-3 above), and how, or why not."""
+    needed = set(_NEEDED)
+    if own.name == SELF_LEAF and needed <= _enabled(own.parent) and os.access(own.parent, os.W_OK):
+        return own.parent, f"cgroup v2: sandbox cgroups under {own.parent} (this process in its leaf {own.name})"
+    if needed <= _enabled(own) and os.access(own, os.W_OK):
+        return own, f"cgroup v2: sandbox cgroups under {own}"
+    delegated = set(_read(own / "cgroup.controllers").split())
+    if not needed <= delegated:
+        return None, (f"cgroup v2: the {' and '.join(sorted(needed - delegated))} controller(s) are not delegated "
+                      f"to {own} (its cgroup.controllers: {' '.join(sorted(delegated)) or 'none'})")
+    if not os.access(own, os.W_OK):
+        return None, f"cgroup v2: {own} is not writable by this user (no delegation)"
+    if at_root:
         try:
-            enabled = (parent / "cgroup.subtree_control").read_text().split()
+            (own / "cgroup.subtree_control").write_text("+memory +pids")
+            return own, f"cgroup v2: enabled memory and pids for the children of {own} (the hierarchy's root)"
         except OSError:
-            enabled = []
-        if {"memory", "pids"} <= set(enabled) and os.access(parent, os.W_OK):
-            return 2, {"": parent}
-    if {"pids", "memory"} <= set(v1) and {"pids", "memory"} <= set(own):
-        dirs = {name: _under(*v1[name], own[name]) for name in ("pids", "memory")}
-        if all(os.access(d, os.W_OK) for d in dirs.values()):
-            return 1, dirs
-    return None
+            pass  # a namespace's root is no real root: the no-internal-process rule holds, go on to step 3
+    leaf = own / SELF_LEAF
+    try:
+        leaf.mkdir(exist_ok=True)
+        (leaf / "cgroup.procs").write_text(str(pid))
+    except OSError as err:
+        _leave(own, leaf, pid)
+        return None, f"cgroup v2: could not move this process into {leaf} ({err.strerror or err})"
+    try:
+        (own / "cgroup.subtree_control").write_text("+memory +pids")
+    except OSError as err:
+        others = [p for p in _read(own / "cgroup.procs").split() if p != str(pid)]
+        _leave(own, leaf, pid)
+        return None, (f"cgroup v2: could not enable memory and pids for the children of {own} "
+                      f"({err.strerror or err}" + (f"; {len(others)} other process(es) share it" if others else "")
+                      + ")")
+    return own, (f"cgroup v2: moved this process into {leaf} and enabled memory and pids for the children of "
+                 f"{own}")
+
+
+def _leave(own: Path, leaf: Path, pid: int) -> None:
+    """Undo step 3: this process back in ``own``, the leaf removed."""
+    try:
+        (own / "cgroup.procs").write_text(str(pid))
+    except OSError:
+        pass
+    try:
+        leaf.rmdir()
+    except OSError:
+        pass
+
+
+def _place(root: Path = ROOT) -> Placement:
+    """Where this process can make sandbox cgroups (v2 first, then v1), or why it cannot."""
+    v2, v1 = _mounts(root)
+    own = _own_paths(root)
+    why = []
+    if v2 and "" in own:
+        own_dir = _under(*v2, own[""])
+        parent, note = _v2_parent(own_dir, own_dir == v2[0], os.getpid())
+        if parent is not None:
+            return Placement(2, {"": parent}, note)
+        why.append(note)
+    if set(_NEEDED) <= set(v1) and set(_NEEDED) <= set(own):
+        dirs = {name: _under(*v1[name], own[name]) for name in _NEEDED}
+        locked = [str(d) for d in dirs.values() if not os.access(d, os.W_OK)]
+        if not locked:
+            return Placement(1, dirs, f"cgroup v1: sandbox cgroups under {dirs['pids']} and {dirs['memory']}")
+        why.append(f"cgroup v1: {', '.join(locked)} not writable by this user")
+    elif v1 or not v2:
+        why.append("no cgroup v1 pids and memory hierarchies mounted" if v2 else "no cgroup filesystem mounted")
+    return Placement(0, {}, "; ".join(why))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -216,20 +302,19 @@ class Cgroup:
                     time.sleep(0.01)
 
 
-def create(memory_bytes: int, max_procs: int) -> Cgroup | None:
+def create(memory_bytes: int, max_procs: int, root: Path = ROOT) -> Cgroup | None:
     """A fresh cgroup with these limits for one sandbox, or None where this machine does not let us make one."""
-    found = _parents()
-    if found is None:
+    found = _place(root)
+    if not found.version:
         return None
-    version, parents = found
     name = f"{_PREFIX}{os.getpid()}-{next(_counter)}"
     dirs: dict[str, Path] = {}
     try:
-        for key, parent in parents.items():
+        for key, parent in found.dirs.items():
             _remove_stale(parent)
             (parent / name).mkdir()
             dirs[key] = parent / name
-        group = Cgroup(version, dirs)
+        group = Cgroup(found.version, dirs)
         group.set_limits(memory_bytes, max_procs)
         return group
     except OSError:
@@ -251,6 +336,15 @@ def available() -> str:
     return f"cgroup v{group.version}"
 
 
+def explain(root: Path = ROOT) -> str:
+    """One line for the run log: where sandbox cgroups are made and how that was made possible, or why none can
+    be (the sandbox then falls back to rlimits, tmpfs sizes and polling)."""
+    found = _place(root)
+    if found.version and (root != ROOT or available()):
+        return found.note
+    why = found.note or f"a cgroup under {', '.join(map(str, found.dirs.values()))} could not be made"
+    return f"no sandbox cgroup: {why}; whole-sandbox limits fall back to rlimits, tmpfs sizes and polling"
+
+
 if __name__ == "__main__":
-    print(available() or "no cgroup can be made here: whole-sandbox limits fall back to rlimits, tmpfs sizes and "
-          "polling")
+    print(explain())

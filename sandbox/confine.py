@@ -80,7 +80,10 @@ def run_log(preference: str, limits: SandboxLimits, image: str) -> dict:
         backend = choose_backend(preference, image)
     except (RuntimeError, ValueError) as err:
         return {"backend": preference, "error": str(err)}
-    return {"backend": backend, "isolation": describe_backend(backend), "limits": enforcement(backend, limits)}
+    out = {"backend": backend, "isolation": describe_backend(backend), "limits": enforcement(backend, limits)}
+    if limits.cgroup and backend != "docker":  # where sandbox cgroups are made and how, or why none can be
+        out["cgroup"] = cgroups.explain()
+    return out
 
 
 class Confinement:

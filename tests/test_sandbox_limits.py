@@ -184,6 +184,9 @@ def test_the_run_log_says_how_each_backend_enforces_each_limit() -> None:
         assert set(how) == {"processes", "memory", "tmpfs", "scratch", "wall"}
     assert enforcement("process", SandboxLimits())["tmpfs"].startswith("NOT ENFORCED")
     assert "--pids-limit" in enforcement("docker", SandboxLimits())["processes"]
+    from sandbox.confine import run_log
+
+    assert run_log("process", SandboxLimits(), DEFAULT_IMAGE)["cgroup"] == cgroups.explain()  # made, or why not
     if cgroups.available():
         assert "pids.max" in enforcement("bwrap", SandboxLimits())["processes"]
         assert "polled" in enforcement("bwrap", SandboxLimits(cgroup=False))["memory"]
