@@ -40,7 +40,7 @@ from evotrainer.harness import HarnessRepo, KnobsError, read_knobs
 from evotrainer.metrics import bootstrap_groups, stdev
 from evotrainer.replay import METRICS, mixed, registry, replay
 from evotrainer.rollouts import SPREAD_EPS
-from evotrainer.safety import safety_checks
+from evotrainer.safety import attempts_check, safety_checks
 from sandbox import HarnessError, HarnessWorker, run_selftest
 
 
@@ -253,6 +253,16 @@ def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000) -> Chec
                  passed=ok, detail=f"gain {gain['diff']:+.4f} (95% CI {gain['low']:+.4f} to {gain['high']:+.4f}, "
                  f"{gain['n']} probe tasks x {len(main_runs)} seed(s), paired)" + ("" if ok else
                  ": does not clear zero"))
+
+
+def trial_verdict(main_runs: list, cand_pilots: list) -> Check:
+    """The trial's check from main's probe results and the candidate's pilots: a candidate whose harness code tried a
+    forbidden operation while it trained is rejected for that, named (code may behave in the replay and not in
+    training); otherwise the paired A/B decision (``trial_check``)."""
+    attempts = [a for p in cand_pilots for a in p.sandbox_attempts]
+    if attempts:
+        return attempts_check(attempts, "trial:sandbox_attempts")
+    return trial_check(main_runs, [p.probe for p in cand_pilots])
 
 
 def with_check(report: BacktestReport, check: Check) -> BacktestReport:

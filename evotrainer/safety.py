@@ -66,7 +66,7 @@ def safety_checks(repo: HarnessRepo, candidate: Candidate, base: Any, cand_dir: 
                            hide=hide) as hybrid:
             checks += _run(candidate, base, cand_dir, cand_worker, hybrid_dir, hybrid)
         # every sandbox of the candidate: its self-tests', the backtest's worker, the one with main's tests
-        checks.append(_attempts(attempts_log(cand_dir) + cand_worker.attempts + hybrid.attempts))
+        checks.append(attempts_check(attempts_log(cand_dir) + cand_worker.attempts + hybrid.attempts))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return checks
@@ -263,9 +263,10 @@ def _deterministic(rows: list[dict], base: Any, hybrid_dir: Path, hybrid: Harnes
 
 
 # --- attempts ---------------------------------------------------------------------------------------------------
-def _attempts(attempts: list[dict]) -> Check:
+def attempts_check(attempts: list[dict], name: str = "sandbox_attempts") -> Check:
+    """The check that fails on any attempt, naming the first few (kind, what, where, op)."""
     unique = list({(a["kind"], a["what"], a.get("where", "")): a for a in attempts}.values())
     named = [f"{a['kind']}: {a['what']}" + (f" at {a['where']}" if a.get("where") else "")
              + (f" [{a['op']}]" if a.get("op") else "") for a in unique]
-    return Check(name="sandbox_attempts", candidate=float(len(unique)), passed=not unique,
+    return Check(name=name, candidate=float(len(unique)), passed=not unique,
                  detail="; ".join(named[:5])[:500] + (f"; and {len(named) - 5} more" if len(named) > 5 else ""))

@@ -13,7 +13,7 @@ import pytest
 
 from agents.playbook import find
 from evotrainer import config as C
-from evotrainer.backtest import run_backtest, trial_check, with_check
+from evotrainer.backtest import run_backtest, trial_verdict, with_check
 from evotrainer.config import BacktestConfig, SandboxConfig
 from evotrainer.contracts import Candidate
 from evotrainer.harness import HarnessRepo, read_knobs
@@ -60,20 +60,20 @@ def _candidate(repo: HarnessRepo, name: str, edits: dict, variable: str, metric:
     return cand
 
 
-def _arm(rd: RunDir, sha: str) -> list:
+def _pilots(rd: RunDir, sha: str) -> list:
     from evotrainer.trainer.grpo import run_pilot
     from evotrainer.trainer.wire import PhaseRequest
 
     return [run_pilot(PhaseRequest(run_dir=str(rd.root), phase=1, harness_sha=sha, pilot=True, replicate=r,
                                    init_checkpoint=str(rd.root / "policy" / "base"), steps=SETTINGS.trial_steps,
                                    prompts_per_step=4, probe_size=SETTINGS.probe_size, eval_max_new_tokens=8,
-                                   sandbox=SandboxConfig(backend="process"))).probe
+                                   sandbox=SandboxConfig(backend="process")))
             for r in range(SETTINGS.trial_seeds)]
 
 
 @pytest.fixture(scope="module")
 def main_arm(run_dir: RunDir) -> list:
-    return _arm(run_dir, HarnessRepo(run_dir.harness).sha("main"))
+    return [p.probe for p in _pilots(run_dir, HarnessRepo(run_dir.harness).sha("main"))]
 
 
 def _judged(run_dir: RunDir, rows: list[dict], cand: Candidate, main_arm: list):
@@ -81,7 +81,7 @@ def _judged(run_dir: RunDir, rows: list[dict], cand: Candidate, main_arm: list):
     report = run_backtest(repo, cand, rows, tasks_for(rows), main_sha=repo.sha("main"), settings=SETTINGS,
                           sandbox=SandboxConfig(), hide=[])
     if report.verdict == "promote":  # what the loop's Bench does next
-        report = with_check(report, trial_check(main_arm, _arm(run_dir, cand.sha)))
+        report = with_check(report, trial_verdict(main_arm, _pilots(run_dir, cand.sha)))
     return report
 
 
@@ -127,3 +127,34 @@ def test_a_curriculum_that_skips_the_hardest_level_loses_the_trial(run_dir, rows
     # would judge it on the probe split, which keeps every level
     assert report.verdict == "reject", report.reasons
     assert any(r.startswith(("curriculum_coverage", "trial:probe_accuracy")) for r in report.reasons), report.reasons
+
+
+TRAINING_ONLY_REWARD = '''
+
+def patience(sample):
+    """Behaves in the backtest's replay; in training (the trainer's worktree) it tries the network."""
+    if "evo-wt-" in __file__:
+        import socket
+
+        try:
+            socket.create_connection(("192.0.2.1", 80), timeout=0.1)
+        except OSError:
+            pass
+    return -0.01 * sample["completion_tokens"]
+
+
+COMPONENTS = {"correct": correct, "patience": patience}
+'''
+
+
+def test_code_that_misbehaves_only_while_training_is_rejected_by_the_trial(run_dir, rows, main_arm):
+    repo = HarnessRepo(run_dir.harness)
+    rewards = repo.show_file("main", "rewards.py").split("\nCOMPONENTS")[0] + TRAINING_ONLY_REWARD
+    knobs = repo.show_file("main", "harness.yaml").replace("  correct: 1.0", "  correct: 1.0\n  patience: 0.5")
+    cand = _candidate(repo, "patience", {"rewards.py": rewards, "harness.yaml": knobs}, "rewards.patience",
+                      "dead_group_ratio")
+    report = _judged(run_dir, rows, cand, main_arm)
+    assert all(c.passed for c in report.checks if not c.name.startswith("trial:")), report.reasons
+    assert report.verdict == "reject" and report.reasons[0].startswith("trial:sandbox_attempts: network"), \
+        report.reasons
+    assert "192.0.2.1" in report.reasons[0] and "rewards.py" in report.reasons[0]

@@ -19,12 +19,13 @@ import time
 
 from langgraph.errors import GraphBubbleUp
 
-from evotrainer.backtest import could_not_judge, judge, trial_check, with_check
+from evotrainer.backtest import could_not_judge, judge, trial_verdict, with_check
 from evotrainer.contracts import BacktestReport, Candidate, Check, EvalResult
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.pause import RunPaused
 from evotrainer.trainer.client import TrainerError
+from evotrainer.trainer.wire import PilotResult
 
 
 class Bench:
@@ -37,26 +38,28 @@ class Bench:
         self.trials = rt.cfg.backtest.trial_steps > 0
         self._main_arm: list[EvalResult] | None = None
 
-    def _arm(self, sha: str) -> list[EvalResult]:
+    def _arm(self, sha: str) -> list[PilotResult]:
         """One trial arm: ``trial_seeds`` short runs at ``sha`` from this phase's checkpoint, scored on the probe."""
         rt, b = self.rt, self.rt.cfg.backtest
         out = []
         for replicate in range(b.trial_seeds):
             req = rt.request(self.phase + 1, sha, b.trial_steps, init=str(rt.rd.checkpoint(self.phase)), pilot=True)
             req = req.model_copy(update={"replicate": replicate, "probe_size": b.probe_size})
-            out.append(rt.trainer.run_pilot(req, timeout_s=rt.cfg.trainer.phase_timeout_s).probe)
+            out.append(rt.trainer.run_pilot(req, timeout_s=rt.cfg.trainer.phase_timeout_s))
         return out
 
     def trial(self, candidate: Candidate) -> Check:
+        """The A/B decision (``backtest.trial_verdict``: attempts made while training reject first)."""
         try:
             if self._main_arm is None:
-                self._main_arm = self._arm(self.main_sha)
+                self._main_arm = [r.probe for r in self._arm(self.main_sha)]
             cand = self._arm(candidate.sha)
         except TrainerError as err:
             return Check(name="trial:probe_accuracy", passed=False, detail=f"the trial failed in the trainer: {err}")
         self.rt.emit("trial", phase=self.phase, branch=candidate.branch,
-                     main=[r.accuracy for r in self._main_arm], candidate=[r.accuracy for r in cand])
-        return trial_check(self._main_arm, cand)
+                     main=[r.accuracy for r in self._main_arm], candidate=[r.probe.accuracy for r in cand],
+                     sandbox_attempts=[a for r in cand for a in r.sandbox_attempts][:20])
+        return trial_verdict(self._main_arm, cand)
 
     def judge(self, candidate: Candidate) -> BacktestReport:
         """The replay checks; then, when they all pass and trials are on, the trial decides."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
+from evotrainer.safety import attempts_check
 
 
 def step(rt: Runtime, state: RunState) -> dict:
@@ -24,6 +25,11 @@ def step(rt: Runtime, state: RunState) -> dict:
                                       timeout_s=rt.cfg.trainer.phase_timeout_s)
     rt.emit("node_end", node="train", phase=phase, accuracy=result.eval.accuracy, wall_time_s=result.wall_time_s,
             train=result.train, rollouts=result.rollout_path)
+    if result.sandbox_attempts:  # main's own code: already promoted, so evidence for the reviewer, not a verdict
+        check = attempts_check(result.sandbox_attempts)
+        rt.emit("sandbox_attempts", phase=phase, harness_sha=sha, attempts=result.sandbox_attempts[:50])
+        rt.reporter.info(f"[yellow]warning:[/] main@{sha[:8]}'s harness code tried forbidden operations while phase "
+                         f"{phase} trained (denied by the sandbox): {check.detail}")
     keep = max(rt.cfg.backtest.retained_phases, rt.cfg.evolution.max_evidence_rounds + 1)
     rt.evidence.forget_before(phase - keep + 1)
     return {"phase": phase, "results": [*state.results, result], "diagnoses": [], "evidence_round": 0,
