@@ -15,6 +15,7 @@ from pathlib import Path
 
 import git
 import pytest
+import yaml
 
 from evotrainer import config as C
 from evotrainer.console import Reporter
@@ -86,6 +87,84 @@ def test_a_full_phase_with_every_role_on_an_llm(tmp_path: Path, policy_cache: Pa
         assert verdict["reasons"] == ["the checks pass and kept_dead_ratio fell"]
     assert json.loads((run_dir / "prices.json").read_text()) == {}  # a scripted model has no price
     assert json.loads((run_dir / "llm_spend.json").read_text())["calls"] == len(llm)
+
+
+def evotrainer(*args: str) -> str:
+    """An `evotrainer` command run in this process (the scripted provider is registered here); its output."""
+    from typer.testing import CliRunner
+
+    from evotrainer.cli import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+PRICE = {"input_cost_per_token": 0.001, "output_cost_per_token": 0.002, "litellm_provider": "scripted", "mode": "chat"}
+
+
+@pytest.mark.slow  # trains a phase, then resumes it
+def test_a_spent_usd_budget_pauses_the_run_until_it_is_raised_in_config_yaml(tmp_path: Path, policy_cache: Path,
+                                                                           monkeypatch):
+    """A priced scripted model (its price written into RUN_DIR/prices.json, as for a local model) spends
+    agents.budget.max_usd on the Diagnostician's first call; the next call pauses the run (on_exhausted: pause),
+    `evotrainer status` says it waits for the budget, and once config.yaml raises it `evotrainer run` resumes the
+    phase where it stopped and finishes it on the LLM roles."""
+    monkeypatch.setenv("EVOTRAINER_CACHE", str(policy_cache))
+    run_dir = tmp_path / "budget"
+    cfg = C.apply_overrides(C.parse({"agents": {
+        "default": {"model": "scripted/priced", "tool_rounds": 2},
+        "budget": {"max_usd": 0.05, "on_exhausted": "pause"}}}),
+        [*FAST, "phases=1", NO_TRIALS, "evolution.max_engineer_rounds=1"])
+    with scripted(every_role) as calls:
+        RunDir(run_dir).init(cfg, log=lambda m: None)
+        (run_dir / "prices.json").write_text(json.dumps({"scripted/priced": PRICE}))
+        evotrainer("run", run_dir)
+        status = json.loads(evotrainer("status", run_dir, "--json"))
+        assert (status["state"], status["waiting_for"]) == ("paused", "budget"), status
+        assert "agents.budget.max_usd=0.05 spent" in status["detail"] and "raise it in config.yaml" in status["detail"]
+        first = list(EventLog(run_dir / "events.jsonl").read("llm_call"))
+        assert [(e["role"], e["outcome"]) for e in first] == [("diagnostician", "ok"), ("diagnostician", "budget")]
+        assert first[0]["cost_usd"] == pytest.approx(10 * 0.001 + first[0]["completion_tokens"] * 0.002)
+        assert len(calls) == 1  # the spent budget stopped the second call before it reached the model
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        config["agents"]["budget"]["max_usd"] = 100.0
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+        evotrainer("run", run_dir)
+    assert RunDir(run_dir).status()["state"] == "done"
+    events = EventLog(run_dir / "events.jsonl")
+    (resume,) = list(events.read("resume"))
+    assert resume["node"] == "diagnose" and resume["phase"] == 1  # the phase was not trained again
+    assert len([e for e in events.read("node_end") if e["node"] == "train"]) == 1
+    later = list(events.read("llm_call"))[2:]
+    assert {e["role"] for e in later} == {"diagnostician", "critic", "engineer", "backtester", "librarian"}
+    assert all(e["outcome"] == "ok" for e in later)
+    spend = json.loads((run_dir / "llm_spend.json").read_text())
+    assert spend["usd"] == pytest.approx(sum(e["cost_usd"] for e in events.read("llm_call"))) and spend["usd"] > 0.05
+
+
+@pytest.mark.slow  # trains a phase
+def test_a_spent_token_budget_falls_back_to_the_builtin_agents(tmp_path: Path, policy_cache: Path, monkeypatch):
+    """on_exhausted: fallback: once agents.budget.max_tokens is spent every LLM role's call is refused before it
+    reaches the model and the built-in agent answers; the run finishes with the built-in Engineer's candidate."""
+    monkeypatch.setenv("EVOTRAINER_CACHE", str(policy_cache))
+    run_dir = tmp_path / "fallback"
+    cfg = C.apply_overrides(C.parse({"agents": {"default": {"model": "scripted/any", "tool_rounds": 2},
+                                                "budget": {"max_tokens": 20, "on_exhausted": "fallback"}}}),
+                            [*FAST, "phases=1", NO_TRIALS, "evolution.max_engineer_rounds=1"])
+    with scripted(every_role) as calls:
+        RunDir(run_dir).init(cfg, log=lambda m: None)
+        evotrainer("run", run_dir)
+    assert RunDir(run_dir).status()["state"] == "done"
+    events = EventLog(run_dir / "events.jsonl")
+    llm = list(events.read("llm_call"))
+    assert [(e["role"], e["outcome"]) for e in llm[:2]] == [("diagnostician", "ok"), ("diagnostician", "budget")]
+    assert all(e["outcome"] == "budget" and "max_tokens=20 spent" in e["error"] for e in llm[1:])
+    assert {"critic", "engineer"} <= {e["role"] for e in llm[1:]} and len(calls) == 1
+    cands = list(events.read("candidate"))
+    assert cands, "the built-in agents went on to propose"
+    repo = git.Repo(run_dir / "harness")
+    assert all("from the built-in playbook" in repo.commit(c["branch"]).message for c in cands)
 
 
 @pytest.mark.slow  # four `evotrainer` processes, each starting the trainer service
