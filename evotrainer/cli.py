@@ -86,11 +86,18 @@ def run(run_dir: Path, phases: Optional[int] = typer.Option(None, help="raise or
 
 
 def _check_start(cfg) -> None:
-    """What must hold before a run starts: LLM roles can be called, the generation backend can run."""
+    """What must hold before a run starts: LLM roles can be called, the generation backend and the processes
+    training each phase can run."""
+    from evotrainer.trainer import launch
     from evotrainer.trainer.generation import check
 
     if cfg.trainer.url is None and (problem := check(cfg.trainer.generation, cfg.policy.device)):
         raise ConfigError(problem)  # a remote trainer service is checked when it trains
+    if cfg.trainer.url is None and cfg.trainer.processes > 1:
+        from evotrainer.trainer.model import resolve_device
+
+        if problem := launch.check(cfg.trainer.processes, resolve_device(cfg.policy.device)):
+            raise ConfigError(problem)
     if cfg.state.url:  # the shared checkpoint store answers (and its tables exist)
         from evotrainer.graph import check_state
 

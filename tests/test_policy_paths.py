@@ -144,14 +144,26 @@ def test_init_refuses_vllm_it_cannot_run_in_one_line(tmp_path: Path, cli_env):
     assert not run.exists()
 
 
+@pytest.mark.skipif(__import__("torch").cuda.device_count() >= 8, reason="a machine with 8 GPUs can run this")
+def test_init_refuses_more_processes_than_gpus_in_one_line(tmp_path: Path, cli_env):
+    run = tmp_path / "run"
+    proc = cli(["init", str(run), "--set", "trainer.processes=8", "--set", "policy.device=cuda"], cli_env,
+               check=False)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 2 and "error: trainer.processes is 8 but this machine has" in out, out
+    assert not run.exists()
+
+
 def test_the_config_reaches_the_trainer_request():
     from evotrainer.config import apply_overrides, parse
     from evotrainer.trainer.wire import EvalRequest, PhaseRequest
 
     cfg = apply_overrides(parse({}), ["policy.chat=off", "trainer.generation=vllm", "policy.lora=true",
-                                      "trainer.vllm_gpu_memory_utilization=0.6"])
+                                      "trainer.vllm_gpu_memory_utilization=0.6", "trainer.processes=2",
+                                      "trainer.accelerate_args=[--gpu_ids, '0,1']"])
     req = PhaseRequest.make(cfg, "runs/x", 1, "0" * 40, "ckpt", 5)
     assert (req.chat, req.generation, req.vllm_gpu_memory_utilization) == ("off", "vllm", 0.6)
+    assert (req.processes, req.accelerate_args) == (2, ["--gpu_ids", "0,1"])
     assert req.carry_optimizer  # a LoRA adapter's moments carry like full weights'
     assert EvalRequest.make(cfg, "runs/x", "ckpt").chat == "off"
 
