@@ -198,6 +198,66 @@ def test_the_gate_pauses_before_promotion_and_approve_revise_abort_resume_it(tmp
     assert proc.returncode == 2 and "is not waiting at a gate" in proc.stdout
 
 
+def format_reward(did: str, weight: float, name: str) -> dict:
+    """A scripted Engineer's candidate that the replay checks pass here: a small reward for a well-formed answer."""
+    code = ("def well_formed(sample: dict) -> float:\n"
+            "    text = sample['completion'].split('\\n', 1)[0].strip()\n"
+            "    return 1.0 if text.lstrip('+-').isdigit() and not sample['truncated'] else 0.0\n\n\n")
+    return {"diagnosis_id": did, "intervention": name, "summary": f"well-formed answers earn {weight}",
+            "hypothesis": "If well-formed answers earn a little, dead_group_ratio goes down, because groups of wrong "
+            "answers then have reward spread", "variable": "rewards.well_formed", "target_metric": "dead_group_ratio",
+            "direction": "down", "expected": "dead_group_ratio well below 0.9", "rollback": "remove well_formed",
+            "blocks": [{"file": "rewards.py", "search": 'COMPONENTS = {"correct": correct}',
+                        "replace": code + 'COMPONENTS = {"correct": correct, "well_formed": well_formed}'},
+                       {"file": "harness.yaml", "search": "  correct: 1.0\n",
+                        "replace": f"  correct: 1.0\n  well_formed: {weight}\n"}]}
+
+
+@pytest.mark.slow  # trains a phase and goes through the gate twice
+def test_revise_at_the_gate_reaches_the_llm_engineer_and_brings_a_new_candidate(tmp_path: Path, policy_cache: Path,
+                                                                                 monkeypatch):
+    """`evotrainer approve --revise "..."`: the person's words are in the scripted Engineer's next request, which
+    answers with a revised candidate on a new branch; what was sent back never reaches main, the approved
+    revision does."""
+    feedback = "halve the format reward's weight"
+
+    def engineer(model: str, messages: list[dict]) -> str:
+        did = re.search(r'"id":"(d\d+-\d+)"', last_user(messages)).group(1)
+        revise = f"asks you to revise: {feedback}" in last_user(messages)
+        return json.dumps({"candidates": [format_reward(did, 0.1, "format_reward_halved") if revise else
+                                          format_reward(did, 0.2, "format_reward")]})
+
+    monkeypatch.setenv("EVOTRAINER_CACHE", str(policy_cache))
+    run_dir = tmp_path / "gated"
+    cfg = C.apply_overrides(C.parse({"agents": {"engineer": {"model": "scripted/any"}}}),
+                            [*FAST, "phases=1", NO_TRIALS, "evolution.max_engineer_rounds=1", "gates=[before_promote]"])
+    with scripted(engineer) as calls:
+        RunDir(run_dir).init(cfg, log=lambda m: None)
+        waits = []
+        for answer in (["--revise", feedback], []):
+            if not waits:
+                evotrainer("run", run_dir)
+            status = json.loads(evotrainer("status", run_dir, "--json"))
+            waits.append((status["state"], status["waiting_for"], status["detail"].split(" (")[0]))
+            evotrainer("approve", run_dir, *answer)
+    assert RunDir(run_dir).status()["state"] == "done"
+    assert waits == [("paused", "before_promote", "phase 1: waiting for approval to promote candidates/phase-1-1"),
+                     ("paused", "before_promote", "phase 1: waiting for approval to promote candidates/phase-1-2")]
+    assert [role_of(c["messages"]) for c in calls] == ["engineer", "engineer"]
+    assert feedback not in last_user(calls[0]["messages"]) and \
+        f"A person reviewed the last candidates and asks you to revise: {feedback}" in last_user(calls[1]["messages"])
+    events = EventLog(run_dir / "events.jsonl")
+    first, revised = list(events.read("candidate"))
+    assert (first["intervention"], revised["intervention"]) == ("format_reward", "format_reward_halved")
+    gates = list(events.read("gate"))
+    assert [(g["action"], g["feedback"], g["branches"]) for g in gates] == [
+        ("revise", feedback, [first["branch"]]), ("approve", "", [revised["branch"]])]
+    repo = git.Repo(run_dir / "harness")
+    assert not repo.is_ancestor(repo.commit(first["branch"]), repo.commit("main"))  # sent back: never merged
+    assert repo.is_ancestor(repo.commit(revised["branch"]), repo.commit("main"))
+    assert "well_formed: 0.1" in repo.git.show("main:harness.yaml")
+
+
 def test_the_critics_metric_is_validated_then_gates_later_candidates(tmp_path: Path, policy_cache: Path,
                                                                       monkeypatch):
     """Phase 1: the Critic proposes `kept_share` (min 0.99; main keeps every rollout, so it never fired): validated
