@@ -30,8 +30,11 @@ COLORS = {"promoted": "#2e7d32", "rejected": "#c62828", "passed, not promoted": 
           "main": "#1565c0", "accent": "#6a1b9a"}
 LABELS = {"dead_group_ratio": "dead-group ratio", "kept_fraction": "kept fraction", "truncation_rate": "truncated",
           "completion_length": "completion length (tokens)", "entropy": "entropy", "kl": "KL", "grad_norm": "grad norm"}
+# text.parse_math off: labels carry the run's and the agents' text (a candidate's variable, an arm's name), and
+# matplotlib would read "$...$" in it as mathtext: "a $\frac$ b" raised and failed the whole report, "$x$" drew an
+# italic x. No chart draws maths, so every text of every figure is plain.
 _STYLE = {"svg.fonttype": "none", "font.size": 10, "axes.spines.top": False, "axes.spines.right": False,
-          "axes.grid": True, "grid.alpha": 0.3, "font.family": "sans-serif"}
+          "axes.grid": True, "grid.alpha": 0.3, "font.family": "sans-serif", "text.parse_math": False}
 
 
 def _svg(fig: Figure, name: str) -> str:
