@@ -7,7 +7,8 @@ module only reads; ``report_html.py`` and ``report_charts.py`` render. The sourc
     held-out accuracy   checkpoints/phase-NNNN/result.json and baseline.json; the change of each phase against the
                         one before (or the start) has a paired bootstrap interval over held-out items when both
                         sides logged ``EvalResult.items``, else an unpaired normal interval (the chart says which)
-    training, health    PhaseResult.train (what the trainer logged) and, per step, the rollouts' group figures
+    training, health    PhaseResult.train (what the trainer logged) and, per step, the rollouts' group figures;
+                        a figure the trainer did not log is named with the reason (KL: beta = 0 in harness.yaml)
     harness lineage     the harness repo: main per phase, every candidate with its trailers, the ``backtest`` note
                         (checks, and whatever trial result it carries), its diff and its ``effect`` note
     skills              the skill store, read without writing; which candidates used each skill
@@ -29,8 +30,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import git
+
 from evotrainer.contracts import EvalResult, PhaseResult
-from evotrainer.harness import HarnessRepo
+from evotrainer.harness import HarnessRepo, KnobsError
 from evotrainer.history import harness_log, phase_results
 from evotrainer.metrics import paired_gain, wilson
 from evotrainer.rollouts import group_stats, read_rollouts
@@ -76,16 +79,48 @@ def accuracy_rows(baseline: EvalResult | None, results: list[PhaseResult]) -> li
     return rows
 
 
-def phase_rows(results: list[PhaseResult]) -> list[dict]:
-    """Per phase: the harness version it trained on (and whether main changed since the phase before), the train
-    figures the trainer logged, steps, tokens and wall time."""
+def _beta(repo: HarnessRepo, sha: str) -> float | None:
+    """The KL coefficient of the harness a phase trained on, or None when its harness.yaml cannot be read."""
+    try:
+        return repo.knobs(sha).beta
+    except (KnobsError, ValueError, git.GitCommandError):
+        return None
+
+
+def phase_rows(results: list[PhaseResult], repo: HarnessRepo) -> list[dict]:
+    """Per phase: the harness version it trained on (and whether main changed since the phase before), its KL
+    coefficient (``beta``), the train figures the trainer logged, steps, tokens and wall time."""
     rows, prev = [], None
     for r in results:
         rows.append({"phase": r.phase, "harness_sha": r.harness_sha, "main_changed": prev is not None and
-                     r.harness_sha != prev, "train": dict(r.train), "steps": r.steps, "tokens": r.tokens,
-                     "wall_time_s": r.wall_time_s, "skipped_batches": r.skipped_batches})
+                     r.harness_sha != prev, "beta": _beta(repo, r.harness_sha),
+                     "train": dict(r.train), "steps": r.steps, "tokens": r.tokens, "wall_time_s": r.wall_time_s,
+                     "skipped_batches": r.skipped_batches})
         prev = r.harness_sha
     return rows
+
+
+# the health chart's panels, in order: figure -> title (the chart draws every one, even one that was not logged)
+HEALTH = {"dead_group_ratio": "dead-group ratio", "kept_fraction": "kept fraction", "truncation_rate": "truncated",
+          "completion_length": "completion length (tokens)", "entropy": "entropy", "kl": "KL", "grad_norm": "grad norm"}
+
+
+def unlogged(phases: list[dict], steps: list[dict]) -> dict[str, str]:
+    """Why a health figure is missing in some phase (figure -> "not logged...: reason"), so its panel says so
+    instead of disappearing. TRL logs KL only when the KL term is on (``beta`` > 0 in harness.yaml): with
+    beta = 0 there is no reference policy and nothing to measure."""
+    notes = {}
+    for key in HEALTH:
+        missing = [p for p in phases if key not in p["train"]]
+        if not missing or any(key in s for s in steps):
+            continue
+        where = "" if len(missing) == len(phases) else " in phase" + "s" * (len(missing) > 1) + " " + ", ".join(
+            str(p["phase"]) for p in missing)
+        if key == "kl" and all(p["beta"] == 0 for p in missing):
+            notes[key] = f"not logged{where}: beta = 0 (no KL term, no reference policy)"
+        else:
+            notes[key] = f"not logged by the trainer{where}"
+    return notes
 
 
 def _sample(row: dict, kind: str) -> dict:
@@ -231,6 +266,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
                       for s in summary["per_step"]]
     agents, used_by = agent_usage(rd)
     evals = ([rd.baseline()] if rd.baseline() else []) + [r.eval for r in results]
+    phases = phase_rows(results, repo)
     return {
         "run": {"name": cfg.name, "root": str(rd.root), "domain": cfg.domain, "model": cfg.policy.model,
                 "phases": cfg.phases, "done": len(results), "main": repo.sha("main"),
@@ -238,7 +274,8 @@ def collect(rd: RunDir) -> dict[str, Any]:
                 "eval_n": results[-1].eval.n if results else 0},
         "accuracy": accuracy_rows(rd.baseline(), results),
         "overall": accuracy_change(evals[0], evals[-1]) if len(evals) > 1 else None,  # first to last
-        "phases": phase_rows(results),
+        "phases": phases,
+        "unlogged": unlogged(phases, steps),  # health figures the trainer did not log, and why
         "steps": steps,
         "lineage": lineage(repo, rd),
         "skills": skills(rd.skills_path(cfg), used_by),

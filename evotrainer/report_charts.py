@@ -6,7 +6,8 @@ Each function takes the plain data of ``evotrainer.report.collect`` and returns 
                change's interval (paired bootstrap or unpaired normal, named in the legend)
     training   train reward and verified rate per phase
     health     small multiples: dead groups, kept fraction, truncation, completion length (per step and per
-               phase), entropy, KL, grad norm (per phase, where the trainer logged them)
+               phase), entropy, KL, grad norm (per phase); a figure the trainer did not log keeps its panel, which
+               says why (KL: beta = 0)
     bench      a bench's arms (same seed): held-out accuracy per phase, one line per arm, this run's arm bold
     lineage    the harness as a graph: main per phase, the candidates of each phase, promoted ones merging into
                the next phase's main; every candidate node links to its card in the report
@@ -21,15 +22,16 @@ from __future__ import annotations
 
 import io
 import re
+import textwrap
 from typing import Any
 
 import matplotlib
 from matplotlib.figure import Figure
 
+from evotrainer.report import HEALTH
+
 COLORS = {"promoted": "#2e7d32", "rejected": "#c62828", "passed, not promoted": "#ef6c00", "pending": "#757575",
           "main": "#1565c0", "accent": "#6a1b9a"}
-LABELS = {"dead_group_ratio": "dead-group ratio", "kept_fraction": "kept fraction", "truncation_rate": "truncated",
-          "completion_length": "completion length (tokens)", "entropy": "entropy", "kl": "KL", "grad_norm": "grad norm"}
 # text.parse_math off: labels carry the run's and the agents' text (a candidate's variable, an arm's name), and
 # matplotlib would read "$...$" in it as mathtext: "a $\frac$ b" raised and failed the whole report, "$x$" drew an
 # italic x. No chart draws maths, so every text of every figure is plain.
@@ -152,10 +154,13 @@ def training(phases: list[dict]) -> str:
         return _svg(fig, "training")
 
 
-def health(phases: list[dict], steps: list[dict]) -> str:
-    keys = [k for k in LABELS if any(k in p["train"] for p in phases) or any(k in s for s in steps)]
+def health(phases: list[dict], steps: list[dict], unlogged: dict[str, str] | None = None) -> str:
+    """One panel per figure of ``report.HEALTH``, every one drawn: a figure the trainer did not log (KL when
+    beta = 0) keeps its panel, which says why (``unlogged``: figure -> reason)."""
+    unlogged = unlogged or {}
+    keys = list(HEALTH)
     cols = 4
-    rows = max(1, -(-len(keys) // cols))
+    rows = -(-len(keys) // cols)
     with matplotlib.rc_context(_STYLE):
         fig = _figure(11, 0.3 + 2.3 * rows, top=0.75, hspace=0.45, wspace=0.3)
         axes = fig.subplots(rows, cols, squeeze=False).ravel()
@@ -168,7 +173,14 @@ def health(phases: list[dict], steps: list[dict]) -> str:
             ys = [p["train"].get(key) for p in phases]
             ax.plot(xs, [float("nan") if y is None else y for y in ys], "o", color=COLORS["main"],
                     label="phase mean")
-            ax.set_title(LABELS[key], loc="left", fontsize=9)
+            ax.set_title(HEALTH[key], loc="left", fontsize=9)
+            if key in unlogged:
+                drawn = per_step or any(y is not None for y in ys)
+                ax.text(0.5, 0.9 if drawn else 0.5, textwrap.fill(unlogged[key], 32), transform=ax.transAxes,
+                        ha="center", va="center", fontsize=8, color=COLORS["pending"])
+                if not drawn and xs:
+                    ax.set_yticks([])
+                    ax.set_xlim(min(xs) - 0.3, max(xs) + 0.3)
             _versions(ax, phases, labels=False)
             ax.set_xticks(xs)
         for ax in axes[len(keys):]:
@@ -240,7 +252,8 @@ if __name__ == "__main__":
 
     rd = RunDir(sys.argv[1])
     d = collect(rd)
-    page = "".join([accuracy(d["accuracy"], d["phases"]), training(d["phases"]), health(d["phases"], d["steps"]),
+    page = "".join([accuracy(d["accuracy"], d["phases"]), training(d["phases"]),
+                    health(d["phases"], d["steps"], d["unlogged"]),
                     lineage(d["lineage"], d["phases"])])
     Path(rd.root / "charts-preview.html").write_text(f"<!doctype html><meta charset=utf-8><body>{page}</body>")
     print(rd.root / "charts-preview.html")

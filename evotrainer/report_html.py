@@ -94,6 +94,12 @@ def phase_table(d: dict) -> str:
     return f'<h2 id="phases">Phases</h2>{_table(head, rows, {2, 4, 5, 6, 7, 8})}'
 
 
+def health_notes(d: dict) -> str:
+    """The health figures the trainer did not log, and why (their panels say it too)."""
+    notes = [f"{charts.HEALTH[k]} {esc(v)}" for k, v in d["unlogged"].items()]
+    return f"<p class=note>{'; '.join(notes)}</p>" if notes and d["phases"] else ""
+
+
 def _checks(checks: list[dict]) -> str:
     if not checks:
         return "<p class=note>no backtest checks recorded</p>"
@@ -197,7 +203,8 @@ def render(d: dict) -> str:
             '<h2 id="accuracy">Held-out accuracy and training</h2>',
             charts.accuracy(d["accuracy"], d["phases"]) if d["accuracy"] else "<p class=note>no phase yet</p>",
             charts.training(d["phases"]) if has else "", bench(d),
-            '<h2 id="health">Health</h2>', charts.health(d["phases"], d["steps"]) if has else "",
+            '<h2 id="health">Health</h2>', health_notes(d),
+            charts.health(d["phases"], d["steps"], d["unlogged"]) if has else "",
             lineage(d), skills(d), agents(d), samples(d)]
     text = resources.files("evotrainer").joinpath(TEMPLATE).read_text(encoding="utf-8")
     return Template(text).substitute(title=esc(f"EvoTrainer report: {d['run']['name']}"), body="\n".join(body))
