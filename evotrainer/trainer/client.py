@@ -170,11 +170,11 @@ TRAINER_SECRETS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KE
 
 def service_env(environ: dict[str, str]) -> dict[str, str]:
     """The trainer service's environment: the run's, without the secrets it does not need (the agents' LLM keys
-    and any other variable whose name reads like a secret, by the config's rule ``SECRET_WORDS``)."""
-    from evotrainer.agents_config import SECRET_WORDS
+    and any other variable whose name reads like a secret, by the config's rule ``secret_like``)."""
+    from evotrainer.agents_config import secret_like
 
     return {k: v for k, v in environ.items()
-            if k in TRAINER_SECRETS or not any(w in k.lower() for w in SECRET_WORDS)}
+            if k in TRAINER_SECRETS or not secret_like(k)}
 
 
 class LocalService:
