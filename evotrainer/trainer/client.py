@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 import httpx
 
 from evotrainer.contracts import EvalResult, PhaseResult
-from evotrainer.trainer.wire import EvalRequest, PhaseRequest, PilotResult
+from evotrainer.trainer.wire import HEALTH_WAIT_S, EvalRequest, PhaseRequest, PilotResult
 from sandbox import exit_reason
 
 
@@ -211,7 +211,9 @@ class LocalService:
                 raise TrainerError(f"the trainer service did not start within {self.start_timeout_s:.0f} s")
             time.sleep(0.1)
         url = f"http://127.0.0.1:{port_file.read_text().strip()}"
-        with httpx.Client(base_url=url, timeout=5, trust_env=False) as probe:
+        # /health may take HEALTH_WAIT_S to answer while the service imports torch and TRL (longer on a busy
+        # machine): a probe that gave up sooner would never see it answer
+        with httpx.Client(base_url=url, timeout=HEALTH_WAIT_S + 10, trust_env=False) as probe:
             while True:
                 try:
                     probe.get("/health").raise_for_status()

@@ -30,7 +30,7 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException
 
-from evotrainer.trainer.wire import EvalRequest, PhaseRequest
+from evotrainer.trainer.wire import HEALTH_WAIT_S, EvalRequest, PhaseRequest
 
 
 # The heavy imports (torch, transformers, TRL: ~20 s on a small CPU) run in a background thread at start, while
@@ -63,7 +63,7 @@ def create_app() -> FastAPI:
     threading.Thread(target=_preload, name="preload", daemon=True).start()
 
     def device() -> str:
-        if not _PRELOADED.wait(20):
+        if not _PRELOADED.wait(HEALTH_WAIT_S):
             return "loading"
         try:
             import torch

@@ -19,6 +19,9 @@ from evotrainer.config import Config, SandboxConfig
 from evotrainer.contracts import EvalResult
 
 
+HEALTH_WAIT_S = 20  # GET /health waits this long for the service's heavy imports before answering "loading"
+
+
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
