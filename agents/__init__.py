@@ -121,6 +121,12 @@ class Agents:
     engineer: Engineer
     backtester: Backtester
     librarian: Librarian
+    llm: Any = None  # the LLM roles' shared context (agents.llm.LLMContext), when any role is on an LLM
+
+    def at_phase(self, phase: int) -> None:
+        """The loop is at ``phase``: LLM calls are recorded under it (every role, resumed runs included)."""
+        if self.llm is not None:
+            self.llm.phase = phase
 
 
 def build_agents(cfg: Config, skills_path: str, run_dir: Path | None = None) -> Agents:
@@ -151,4 +157,4 @@ def build_agents(cfg: Config, skills_path: str, run_dir: Path | None = None) -> 
     ctx = LLMContext(cfg, run_dir)
     llm = {"diagnostician": LLMDiagnostician, "critic": LLMCritic, "engineer": LLMEngineer,
            "backtester": LLMBacktester, "librarian": LLMLibrarian}
-    return Agents(**{r: llm[r](ctx, builtin[r]) if r in llm_roles else builtin[r] for r in builtin})
+    return Agents(**{r: llm[r](ctx, builtin[r]) if r in llm_roles else builtin[r] for r in builtin}, llm=ctx)

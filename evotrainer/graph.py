@@ -51,6 +51,7 @@ def _logged(rt: Runtime, name: str, step, state: RunState) -> dict:
     """Run one step, with the run's status and a ``node`` event around it."""
     t0 = time.time()
     rt.rd.set_status("running", phase=state.phase, node=name)
+    rt.agents.at_phase(state.phase)
     out = step(rt, state)
     rt.emit("node", node=name, phase=out.get("phase", state.phase), seconds=round(time.time() - t0, 2))
     return out

@@ -246,3 +246,23 @@ def test_length_bounds_are_checked_on_the_answer_but_not_sent_as_grammar():
     with pytest.raises(ValueError):  # still refused when the answer breaks one
         MetricProposal(name="too_long", help="h", code="def too_long(rollouts):\n    return 0.0\n", max=1.0,
                        reason="x" * 601)
+
+
+def test_every_llm_role_records_its_calls_under_the_loops_phase(tmp_path):
+    """The loop tells the agents its phase before each step (graph._logged): a Backtester or Librarian, which have
+    no phase of their own, recorded the last phase another role had set, or 0 in a resumed run."""
+    from agents import build_agents
+
+    cfg = C.parse({"agents": {"default": {"model": "scripted/any"}}})
+    with scripted(lambda model, messages: "{}"):
+        agents = build_agents(cfg, str(tmp_path / "skills"), tmp_path)
+        agents.at_phase(3)
+        roles = [agents.diagnostician, agents.critic, agents.engineer, agents.backtester, agents.librarian]
+        assert {r.ctx.phase for r in roles} == {3}
+
+        class Nothing(BaseModel):
+            pass
+
+        roles[3].ask_once("judge x", "say nothing", Nothing)
+    assert [e["phase"] for e in EventLog(tmp_path / "events.jsonl").read("llm_call")] == [3]
+    assert build_agents(C.parse({}), str(tmp_path / "s2")).llm is None  # built-in agents: nothing to tell
