@@ -45,6 +45,8 @@ def _svg(fig: Figure, name: str) -> str:
         fig.savefig(buf, format="svg", metadata={"Date": None})
     text = buf.getvalue()
     text = text[text.index("<svg"):]  # drop the XML prolog and doctype: the SVG is inlined in HTML
+    # matplotlib opens every link in a new tab; a link to a card of the same page jumps to it in place
+    text = re.sub(r'(xlink:href="#[^"]*") target="_blank"', r"\1", text)
     return re.sub(r"<svg ", f'<svg class="chart" data-chart="{name}" role="img" aria-label="{name} chart" ', text,
                   count=1)
 

@@ -152,6 +152,7 @@ def test_report_shows_phases_candidates_and_loads_nothing(run_dir: Path, env: di
     for entry in log:
         anchor = "c-" + re.sub(r"[^A-Za-z0-9_-]", "-", entry["branch"])
         assert f'id="{anchor}"' in page and f'"#{anchor}"' in page  # a card, and a lineage node linking to it
+        assert f'"#{anchor}" target=' not in page  # ... which jumps to it in place, not in a new tab
         assert entry["state"] in page and entry["sha"][:8] in page
     assert 'id="skills"' in page and "<td>diagnostician</td>" in page and "<td>engineer</td>" in page
     # self-contained: no script, every src/href/url() stays inside the page
