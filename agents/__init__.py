@@ -79,6 +79,7 @@ class EngineerContext:
     domain: str
     tried: list[str] = field(default_factory=list)  # interventions already tried this phase (branch names too)
     no_effect: list[str] = field(default_factory=list)  # interventions that changed no update on this main before
+    trial_lost: list[str] = field(default_factory=list)  # interventions that lost their A/B trial on this main before
     rejections: dict[str, list[str]] = field(default_factory=dict)  # branch -> reasons its backtest failed
     pilot: bool = False  # whether edits only training can judge (RL knobs) are judged: A/B trials are on
     level_stats: dict[str, dict] = field(default_factory=dict)  # per difficulty level: n, reward_mean, dead ratio

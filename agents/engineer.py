@@ -46,7 +46,7 @@ class HeuristicEngineer:
                 ) -> list[Candidate]:
         files = {name: ctx.repo.show_file(ctx.base_sha, name) for name in HARNESS_FILES}
         out: list[Candidate] = []
-        used = set(ctx.tried) | set(ctx.no_effect)
+        used = set(ctx.tried) | set(ctx.no_effect) | set(ctx.trial_lost)
         confirmed = sorted((d for d in diagnoses if d.status == "confirmed"), key=lambda d: -d.severity)
         for d in confirmed:
             if len(out) >= self.max_candidates:

@@ -116,6 +116,8 @@ class LLMEngineer(LLMRole):
                  f"Already tried this phase: {', '.join(ctx.tried) or 'nothing'}",
                  f"Changed no training update on this main in an earlier phase (do not retry): "
                  f"{', '.join(ctx.no_effect) or 'nothing'}",
+                 f"Lost its A/B trial on this main in an earlier phase (do not retry until main changes): "
+                 f"{', '.join(ctx.trial_lost) or 'nothing'}",
                  f"Rejected this phase, with the backtest's reasons:\n{rej or 'none'}",
                  f"Target metrics: {', '.join(target_metrics())}"]
         if ctx.feedback:
@@ -138,6 +140,8 @@ class LLMEngineer(LLMRole):
                 problems.append(f"candidate {k}: {p.intervention} was already tried this phase")
             elif p.intervention in ctx.no_effect:
                 problems.append(f"candidate {k}: {p.intervention} changed no training update on this main before")
+            elif p.intervention in ctx.trial_lost:
+                problems.append(f"candidate {k}: {p.intervention} lost its A/B trial on this main before")
             if ctx.escalation and layer_of(p.variable) in ctx.avoid_layers and not p.intervention.startswith(
                     "subtract"):
                 problems.append(f"candidate {k}: the run is stalled; {p.variable} is in layer "

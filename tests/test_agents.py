@@ -114,6 +114,15 @@ def test_engineer_commits_one_single_variable_candidate_per_diagnosis(repo):
         phase=1, round=2, repo=repo, base_sha=main, knobs=ev.knobs, domain="math",
         tried=[c.intervention for c in cands], level_stats=level_history(dead_rows())), {})
     assert not {c.intervention for c in again} & {c.intervention for c in cands}
+    # a later phase on the same main retries neither an edit that changed no update nor one that lost its trial
+    def next_phase(**memory):
+        return {c.intervention for c in HeuristicEngineer().propose(diagnoses, EngineerContext(
+            phase=2, round=1, repo=repo, base_sha=main, knobs=ev.knobs, domain="math",
+            level_stats=level_history(dead_rows()), **memory), {})}
+
+    first = {c.intervention for c in cands}
+    assert next_phase() == first  # nothing remembered: the same edits again
+    assert not next_phase(no_effect=sorted(first)) & first and not next_phase(trial_lost=sorted(first)) & first
 
 
 @pytest.mark.parametrize("intervention", for_domain("math"), ids=lambda i: i.name)

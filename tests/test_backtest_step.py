@@ -167,3 +167,5 @@ def test_a_knob_the_trainer_rejects_fails_the_trial_with_the_trainers_reason(tmp
     assert reports[after.branch].verdict == "reject" and any(r.startswith("main_tests:")
                                                              for r in reports[after.branch].reasons)
     assert backtest.route(1, state) == "promote" and repo.note(too_long.sha)["reasons"] == report.reasons
+    # a later phase on this main does not retry it (nor the hack, which never reached a trial)
+    assert state.trial_lost == {repo.sha("main"): [too_long.intervention]}

@@ -353,3 +353,21 @@ def test_stalled_engineer_changes_layer_else_subtracts(tmp_path, repo):
 
     assert subtraction_problem(repo, {f: repo.show_file(sub.sha, f) for f in sub.files},
                                lambda f: repo.show_file(merged, f), [promo]) is None
+
+
+def test_engineer_is_told_what_lost_its_trial_on_this_main_and_a_retry_is_sent_back(tmp_path, repo):
+    ev = evidence(tmp_path, repo)
+    (d,) = [x.model_copy(update={"status": "confirmed"}) for x in HeuristicDiagnostician().diagnose(ev)
+            if x.failure_mode == "dead_groups"]
+    answers = iter([{"candidates": [proposal(d.id, "skip_flat", "filters.keep_group", [("filters.py", KEEP_GROUP,
+                                                                                         SPREAD)])]},
+                    {"candidates": [proposal(d.id, "skip_flat_v2", "filters.keep_group", [("filters.py", KEEP_GROUP,
+                                                                                            SPREAD)])]}])
+    ctx = EngineerContext(phase=2, round=1, repo=repo, base_sha=repo.sha("main"), knobs=ev.knobs, domain="math",
+                          trial_lost=["skip_flat"])
+    with scripted(lambda model, messages: json.dumps(next(answers))) as calls:
+        (cand,) = LLMEngineer(llm_ctx(tmp_path), HeuristicEngineer()).propose([d], ctx, {})
+    assert "Lost its A/B trial on this main in an earlier phase (do not retry until main changes): skip_flat" in \
+        calls[0]["messages"][1]["content"]
+    assert "candidate 1: skip_flat lost its A/B trial on this main before" in last_user(calls[1]["messages"])
+    assert cand.intervention == "skip_flat_v2"

@@ -76,6 +76,7 @@ def step(rt: Runtime, state: RunState) -> dict:
     reports = list(state.reports)
     todo = state.round_candidates()
     no_effect = {sha: list(names) for sha, names in state.no_effect.items()}
+    trial_lost = {sha: list(names) for sha, names in state.trial_lost.items()}
     with rt.reporter.progress(f"phase {state.phase}: backtesting", len(todo)) as bar:
         for i, cand in enumerate(todo):
             t0 = time.time()
@@ -90,11 +91,12 @@ def step(rt: Runtime, state: RunState) -> dict:
                     checks=[ch.model_dump(mode="json") for ch in report.checks], runtime_s=report.runtime_s,
                     sandbox=report.sandbox, agent="backtester", model=rt.cfg.agents.role("backtester").model)
             reports = [r for r in reports if r.branch != cand.branch] + [report]
-            if any(c.name == "effect" and not c.passed for c in report.checks):
-                seen = no_effect.setdefault(cand.base_sha, [])
-                seen += [cand.intervention] if cand.intervention not in seen else []
+            for name, memory in (("effect", no_effect), ("trial:probe_accuracy", trial_lost)):
+                if any(c.name == name and not c.passed for c in report.checks):  # not worth retrying on this main
+                    seen = memory.setdefault(cand.base_sha, [])
+                    seen += [cand.intervention] if cand.intervention not in seen else []
             bar(step=i + 1, total=len(todo))
-    return {"reports": reports, "no_effect": no_effect}
+    return {"reports": reports, "no_effect": no_effect, "trial_lost": trial_lost}
 
 
 def route(max_rounds: int, state: RunState) -> str:

@@ -2,7 +2,8 @@
 
 It gets the skills the Librarian retrieves for each confirmed diagnosis, main's knobs, the level statistics of
 the phase, what was already tried this phase and why earlier rounds' candidates were rejected, the edits that
-changed no training update on this same main in earlier phases (``RunState.no_effect``: not worth retrying), a person's feedback
+changed no training update or lost their A/B trial on this same main in earlier phases (``RunState.no_effect``,
+``trial_lost``: not worth retrying), a person's feedback
 from the gate (``gate.py``), and, when the run is stalled, the escalation (``escalation.py``). Router ``route``:
 to the backtest when it made candidates, else to promote (which then has nothing new to merge).
 """
@@ -30,6 +31,7 @@ def step(rt: Runtime, state: RunState) -> dict:
         knobs=rt.evidence.knobs(base), domain=rt.cfg.domain, tried=state.tried(), rejections=rejections,
         pilot=rt.cfg.backtest.trial_steps > 0, level_stats=level_history(rt.evidence.rollouts(state.phase)),
         feedback=state.feedback, promotions=list(state.promotions), no_effect=list(state.no_effect.get(base, [])),
+        trial_lost=list(state.trial_lost.get(base, [])),
     )
     ctx.escalation, ctx.avoid_layers = escalation.instruct(rt, state)  # stalled: change layer or subtract
     t0 = time.time()

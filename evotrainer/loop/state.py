@@ -34,6 +34,10 @@ class RunState(BaseModel):
     no_effect: dict[str, list[str]] = Field(
         default_factory=dict, description="main sha -> interventions rejected there as 'no effect' (run-level: on "
         "the same main the same edit changes no update again, so the Engineer does not retry it)")
+    trial_lost: dict[str, list[str]] = Field(
+        default_factory=dict, description="main sha -> interventions that lost their A/B trial there (run-level: a "
+        "retry on the same main is another draw of the same test, and every draw adds to the chance of promoting "
+        "an edit that does not help, so the Engineer does not retry it until main changes)")
 
     def round_candidates(self) -> list[Candidate]:
         return [c for c in self.candidates if c.branch in self.round_branches]
