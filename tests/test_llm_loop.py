@@ -258,6 +258,7 @@ def test_revise_at_the_gate_reaches_the_llm_engineer_and_brings_a_new_candidate(
     assert "well_formed: 0.1" in repo.git.show("main:harness.yaml")
 
 
+@pytest.mark.slow  # two phases with trials and the metric validated on each: about 30 s
 def test_the_critics_metric_is_validated_then_gates_later_candidates(tmp_path: Path, policy_cache: Path,
                                                                       monkeypatch):
     """Phase 1: the Critic proposes `kept_share` (min 0.99; main keeps every rollout, so it never fired): validated

@@ -240,6 +240,7 @@ def test_persists_across_a_fresh_store_instance(store: SkillStore) -> None:
     assert reopened.search("zero reward variance in every group", k=1)[0][0].id == "drop-dead-groups"
 
 
+@pytest.mark.slow  # fresh processes, each loading the embedding model: about 30 s
 def test_fresh_offline_processes_read_and_update_one_store_concurrently(store: SkillStore) -> None:
     """Two new Python processes, sockets disabled and HF offline, reopen the folder this process wrote: each reads
     and searches it, then both update it at once; no write is lost (one subprocess batch keeps the file fast)."""
@@ -307,6 +308,7 @@ def chroma_server(tmp_path: Path):
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow  # a real `chroma run` server and a fresh process: about 25 s
 def test_a_shared_chroma_server_holds_one_library_for_several_processes(chroma_server: str, tmp_path: Path) -> None:
     """skills.url: this process writes through the server, a fresh process (network only to loopback) finds and
     updates the skills, this process sees the update; the report's reader reads it without writing."""

@@ -121,6 +121,7 @@ def test_any_local_model_path_is_used_as_is(run_dir: RunDir):
     assert ensure_base_policy(cfg, run_dir.root, [], str) == str(run_dir.root / "policy" / "base")
 
 
+@pytest.mark.slow  # starts the trainer service three times: about 45 s
 def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_dir: RunDir, policy_cache):
     import os
     import signal
