@@ -101,8 +101,9 @@ def _refusing(find: Callable[[Any], list[str]]) -> tuple[BeforeValidator, Before
     return BeforeValidator(_raise_refused), BeforeValidator(mask)  # the last runs first
 
 
-Params = Annotated[dict[str, Any], *_refusing(params_secrets)]
-ApiBase = Annotated[str | None, *_refusing(url_secrets)]
+_PARAMS, _API_BASE = _refusing(params_secrets), _refusing(url_secrets)
+Params = Annotated[dict[str, Any], _PARAMS[0], _PARAMS[1]]  # (no star in a subscript: Python 3.10 reads this)
+ApiBase = Annotated[str | None, _API_BASE[0], _API_BASE[1]]
 
 
 class _Section(BaseModel):

@@ -8,6 +8,8 @@ Safe to re-run after a kill: the service never trains a published phase twice.
 
 from __future__ import annotations
 
+from rich.markup import escape
+
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.safety import attempts_check
@@ -29,7 +31,7 @@ def step(rt: Runtime, state: RunState) -> dict:
         check = attempts_check(result.sandbox_attempts)
         rt.emit("sandbox_attempts", phase=phase, harness_sha=sha, attempts=result.sandbox_attempts[:50])
         rt.reporter.info(f"[yellow]warning:[/] main@{sha[:8]}'s harness code tried forbidden operations while phase "
-                         f"{phase} trained (denied by the sandbox): {check.detail}")
+                         f"{phase} trained (denied by the sandbox): {escape(check.detail)}")
     keep = max(rt.cfg.backtest.retained_phases, rt.cfg.evolution.max_evidence_rounds + 1)
     rt.evidence.forget_before(phase - keep + 1)
     return {"phase": phase, "results": [*state.results, result], "diagnoses": [], "evidence_round": 0,
