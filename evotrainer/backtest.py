@@ -16,7 +16,11 @@ compare its decisions with it:
     effect                the edit changes training updates (else rejected as "no effect", before any trial)
     trial:probe_accuracy  the decision (with trials on): from the current checkpoint main and the candidate train
                           the same short budget with the same seeds and tasks; the candidate's probe-split accuracy
-                          gain, paired per task and seed, must clear zero at 95%
+                          gain, paired per task and seed, must clear zero at 95% (a trial the trainer could not run
+                          fails it with the trainer's words and no accuracy)
+    trial:sandbox_attempts  instead of the decision: while training in its trial arms, the candidate's harness code
+                          tried a forbidden operation main's did not (named)
+    safety checks         harness_tree, variable, prompts, ... (``safety.py``, which lists them)
 
 With trials on, the targeted metric is reported but does not decide (an edit can move its own target by
 construction). This module computes the checks; the Backtester agent turns them into a verdict. When judging a
@@ -239,6 +243,9 @@ def effect_check(main: dict, cand: dict, candidate: Candidate) -> Check:
                  "scale changes, which Adam's normalisation and gradient clipping undo)")
 
 
+TRIAL = "trial:probe_accuracy"  # the decision's check
+
+
 def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000) -> Check:
     """The A/B decision: the candidate's gain in probe accuracy over main, paired per task and per seed, must clear
     zero at 95% (the lower end of the paired bootstrap interval above 0)."""
@@ -248,21 +255,25 @@ def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000) -> Chec
     main_acc = sum(m.accuracy for m in main_runs) / len(main_runs)
     cand_acc = sum(c.accuracy for c in cand_runs) / len(cand_runs)
     ok = gain["low"] > 0
-    return Check(name="trial:probe_accuracy", base=round(main_acc, 4), candidate=round(cand_acc, 4),
+    return Check(name=TRIAL, base=round(main_acc, 4), candidate=round(cand_acc, 4),
                  threshold=round(main_acc + gain["diff"] - gain["low"], 4),
                  passed=ok, detail=f"gain {gain['diff']:+.4f} (95% CI {gain['low']:+.4f} to {gain['high']:+.4f}, "
                  f"{gain['n']} probe tasks x {len(main_runs)} seed(s), paired)" + ("" if ok else
                  ": does not clear zero"))
 
 
-def trial_verdict(main_runs: list, cand_pilots: list) -> Check:
-    """The trial's check from main's probe results and the candidate's pilots: a candidate whose harness code tried a
-    forbidden operation while it trained is rejected for that, named (code may behave in the replay and not in
-    training); otherwise the paired A/B decision (``trial_check``)."""
-    attempts = [a for p in cand_pilots for a in p.sandbox_attempts]
-    if attempts:
-        return attempts_check(attempts, "trial:sandbox_attempts")
-    return trial_check(main_runs, [p.probe for p in cand_pilots])
+def trial_verdict(main_pilots: list, cand_pilots: list) -> Check:
+    """The trial's check from both arms' pilots (``PilotResult``): a candidate whose harness code tried a forbidden
+    operation while it trained, one main's own code did not make, is rejected for that, named (code may behave in
+    the replay and not in training); otherwise the paired A/B decision (``trial_check``)."""
+    def seen(pilots: list) -> dict[tuple, dict]:
+        return {(a["kind"], a["what"], a.get("where", "")): a for p in pilots for a in p.sandbox_attempts}
+
+    inherited = seen(main_pilots)
+    new = [a for key, a in seen(cand_pilots).items() if key not in inherited]
+    if new:
+        return attempts_check(new, "trial:sandbox_attempts")
+    return trial_check([p.probe for p in main_pilots], [p.probe for p in cand_pilots])
 
 
 def with_check(report: BacktestReport, check: Check) -> BacktestReport:

@@ -167,5 +167,45 @@ def test_a_knob_the_trainer_rejects_fails_the_trial_with_the_trainers_reason(tmp
     assert reports[after.branch].verdict == "reject" and any(r.startswith("main_tests:")
                                                              for r in reports[after.branch].reasons)
     assert backtest.route(1, state) == "promote" and repo.note(too_long.sha)["reasons"] == report.reasons
-    # a later phase on this main does not retry it (nor the hack, which never reached a trial)
-    assert state.trial_lost == {repo.sha("main"): [too_long.intervention]}
+    # a trial the trainer could not run scored nothing: no loss to remember (nor the hack, which never reached one)
+    assert state.trial_lost == {}
+
+
+def _pilot(correct: list[int], attempts: list[dict] = ()):
+    from evotrainer.contracts import EvalResult
+    from evotrainer.trainer.wire import PilotResult
+
+    items = {f"probe-{i}": float(ok) for i, ok in enumerate(correct)}
+    return PilotResult(harness_sha="0" * 40, steps=2, rollout_path="x", stats={}, wall_time_s=1.0,
+                       probe=EvalResult(accuracy=sum(correct) / len(correct), n=len(correct), items=items),
+                       sandbox_attempts=list(attempts))
+
+
+def test_the_trial_holds_only_the_candidates_own_attempts_against_it() -> None:
+    from evotrainer.backtest import trial_verdict
+
+    inherited = {"kind": "network", "what": "connect 192.0.2.1:80", "where": "rewards.py:9", "op": "score"}
+    own = {"kind": "file", "what": "open /etc/passwd", "where": "filters.py:3", "op": "filter"}
+    main = [_pilot([1, 0] * 50, [inherited])]
+    same = trial_verdict(main, [_pilot([1, 0] * 50, [inherited])])  # main's code did it too: the decision decides
+    assert same.name == "trial:probe_accuracy" and not same.passed and same.candidate == 0.5
+    worse = trial_verdict(main, [_pilot([1] * 100, [inherited, own])])  # a clear gain does not buy its own attempt
+    assert worse.name == "trial:sandbox_attempts" and not worse.passed
+    assert "open /etc/passwd" in worse.detail and "192.0.2.1" not in worse.detail
+    assert trial_verdict(main, [_pilot([1] * 100, [inherited])]).passed
+
+
+def test_only_an_edit_that_changed_nothing_or_trained_and_lost_is_not_retried() -> None:
+    from evotrainer.contracts import Check
+
+    def report(*checks: Check) -> BacktestReport:
+        return BacktestReport(branch="b", candidate_sha="c", base_sha="m", target_metric="t", checks=list(checks),
+                              noise_floor=0.0, verdict="reject", reasons=["r"], runtime_s=0.0, rollouts=0,
+                              sandbox="process")
+
+    lost = Check(name="trial:probe_accuracy", base=0.3, candidate=0.3, passed=False)
+    crashed = Check(name="trial:probe_accuracy", passed=False, detail="the trial failed in the trainer: timeout")
+    assert backtest.not_worth_retrying(report(Check(name="effect", passed=False))) == "no_effect"
+    assert backtest.not_worth_retrying(report(Check(name="effect", passed=True), lost)) == "trial_lost"
+    assert backtest.not_worth_retrying(report(Check(name="effect", passed=True), crashed)) is None
+    assert backtest.not_worth_retrying(report(Check(name="prompt_leak", passed=False))) is None

@@ -73,7 +73,7 @@ def _pilots(rd: RunDir, sha: str) -> list:
 
 @pytest.fixture(scope="module")
 def main_arm(run_dir: RunDir) -> list:
-    return [p.probe for p in _pilots(run_dir, HarnessRepo(run_dir.harness).sha("main"))]
+    return _pilots(run_dir, HarnessRepo(run_dir.harness).sha("main"))
 
 
 def _judged(run_dir: RunDir, rows: list[dict], cand: Candidate, main_arm: list):

@@ -19,8 +19,8 @@ import time
 
 from langgraph.errors import GraphBubbleUp
 
-from evotrainer.backtest import could_not_judge, judge, trial_verdict, with_check
-from evotrainer.contracts import BacktestReport, Candidate, Check, EvalResult
+from evotrainer.backtest import TRIAL, could_not_judge, judge, trial_verdict, with_check
+from evotrainer.contracts import BacktestReport, Candidate, Check
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.pause import RunPaused
@@ -36,7 +36,7 @@ class Bench:
         keep = rt.cfg.backtest.retained_phases
         self.retained = [p for p in range(max(1, phase - keep + 1), phase + 1) if rt.rd.rollout_file(p).exists()]
         self.trials = rt.cfg.backtest.trial_steps > 0
-        self._main_arm: list[EvalResult] | None = None
+        self._main_arm: list[PilotResult] | None = None
 
     def _arm(self, sha: str) -> list[PilotResult]:
         """One trial arm: ``trial_seeds`` short runs at ``sha`` from this phase's checkpoint, scored on the probe."""
@@ -52,12 +52,12 @@ class Bench:
         """The A/B decision (``backtest.trial_verdict``: attempts made while training reject first)."""
         try:
             if self._main_arm is None:
-                self._main_arm = [r.probe for r in self._arm(self.main_sha)]
+                self._main_arm = self._arm(self.main_sha)
             cand = self._arm(candidate.sha)
         except TrainerError as err:
-            return Check(name="trial:probe_accuracy", passed=False, detail=f"the trial failed in the trainer: {err}")
+            return Check(name=TRIAL, passed=False, detail=f"the trial failed in the trainer: {err}")
         self.rt.emit("trial", phase=self.phase, branch=candidate.branch,
-                     main=[r.accuracy for r in self._main_arm], candidate=[r.probe.accuracy for r in cand],
+                     main=[r.probe.accuracy for r in self._main_arm], candidate=[r.probe.accuracy for r in cand],
                      sandbox_attempts=[a for r in cand for a in r.sandbox_attempts][:20])
         return trial_verdict(self._main_arm, cand)
 
@@ -91,12 +91,24 @@ def step(rt: Runtime, state: RunState) -> dict:
                     checks=[ch.model_dump(mode="json") for ch in report.checks], runtime_s=report.runtime_s,
                     sandbox=report.sandbox, agent="backtester", model=rt.cfg.agents.role("backtester").model)
             reports = [r for r in reports if r.branch != cand.branch] + [report]
-            for name, memory in (("effect", no_effect), ("trial:probe_accuracy", trial_lost)):
-                if any(c.name == name and not c.passed for c in report.checks):  # not worth retrying on this main
-                    seen = memory.setdefault(cand.base_sha, [])
-                    seen += [cand.intervention] if cand.intervention not in seen else []
+            memory = {"no_effect": no_effect, "trial_lost": trial_lost}.get(not_worth_retrying(report))
+            if memory is not None:  # run-level: the Engineer does not propose it again on this main
+                seen = memory.setdefault(cand.base_sha, [])
+                seen += [cand.intervention] if cand.intervention not in seen else []
             bar(step=i + 1, total=len(todo))
     return {"reports": reports, "no_effect": no_effect, "trial_lost": trial_lost}
+
+
+def not_worth_retrying(report: BacktestReport) -> str | None:
+    """Why a rejected edit is not worth proposing again on the same main: "no_effect" (it changed no training
+    update), "trial_lost" (it trained and did not beat main in its A/B trial; a trial the trainer could not run
+    scored nothing and is no loss), or None."""
+    failed = {c.name: c for c in report.checks if not c.passed}
+    if "effect" in failed:
+        return "no_effect"
+    if TRIAL in failed and failed[TRIAL].candidate is not None:
+        return "trial_lost"
+    return None
 
 
 def route(max_rounds: int, state: RunState) -> str:
