@@ -30,7 +30,12 @@ falls back to rlimits, tmpfs sizes and polling, and :func:`explain` says why (``
 it in the run log). :func:`create` and :func:`explain` take ``root``, the filesystem root to read ``/proc/self``
 and the cgroup mounts under (``tests/test_cgroups.py`` passes a fake tree).
 
-Try it alone: ``python -m sandbox.cgroups`` (prints what this machine allows, and why).
+Step 3 changes this process's cgroup for good (it stays in ``evotrainer-self``), and :func:`explain` takes the same
+path as :func:`create`: the run process does it when it logs its sandbox (``run.py``), before it starts the trainer
+service, whose process would otherwise share the cgroup and make step 3 refuse (the service then gets no cgroups).
+
+Try it alone: ``python -m sandbox.cgroups`` (prints what this machine allows, and why; on a delegated v2 machine
+it moves the process into ``evotrainer-self`` as step 3 says).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -33,6 +34,15 @@ def keep_rollout(rollout):
 
 def keep_group(group):
     return group[0]["step"] == 1 and len(group[0]["completion"]) % 3 != 0
+'''
+# a prompt that differs from one sandbox process to the next (each rank has its own): the ranks must train on one
+# draw of tasks and prompts, rank 0's, or each would generate for prompts of its own making
+_PROMPT = '''
+import os
+
+
+def make_prompt(task):
+    return task["expression"].replace(" ", "") + "=" + "abcdefghijklmnopqrstuvwxyz"[os.getpid() % 26]
 '''
 
 
@@ -79,7 +89,8 @@ def test_two_processes_train_one_phase_and_the_harness_judges_the_whole_batch(tm
         assert old in knobs
         knobs = knobs.replace(old, new)
     sha = repo.commit_candidate("candidates/test-launch", repo.sha("main"),
-                                {"harness.yaml": knobs, "rewards.py": _SCORING_REWARDS, "filters.py": _FILTERS},
+                                {"harness.yaml": knobs, "rewards.py": _SCORING_REWARDS, "filters.py": _FILTERS,
+                                 "prompt.py": _PROMPT},
                                 "two processes", "test", {})
     req = _request(rd, 1, sha).model_copy(update={"processes": 2})
     seen: list[dict] = []
@@ -88,6 +99,7 @@ def test_two_processes_train_one_phase_and_the_harness_judges_the_whole_batch(tm
     logged = read_rollouts(Path(result.rollout_path))
     assert len(logged) == 3 * 2 * 4 * 8  # every process's share of 3 batches of 2 x 4 prompts x 8 completions
     assert len({r["group_id"] for r in logged}) == 3 * 2 * 4
+    assert len({r["prompt"][-1] for r in logged}) == 1  # one draw of prompts, made on rank 0, for every rank
     with repo.worktree(sha) as harness, HarnessWorker(harness, backend="process") as worker:
         replayed = replay(worker, harness, logged, {t["id"]: t for t in rd.train_tasks()})["rows"]
     assert [r["reward"] for r in replayed] == [r["reward"] for r in logged]
@@ -107,5 +119,11 @@ def test_two_processes_train_one_phase_and_the_harness_judges_the_whole_batch(tm
 
     # a rank that fails fails the phase with its one-line reason, and no process is left behind
     bad = req.model_copy(update={"phase": 2, "init_checkpoint": str(tmp_path / "no-such-policy")})
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(RuntimeError, match=r"2 processes: .*no-such-policy"):
         launch.run_launched(bad, poll_s=0.2)
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert psutil.wait_procs(left, timeout=10)[1] == [], "a launched process outlived its job"
+    jobs = sorted(p.name for p in (rd.scratch / "launch").iterdir())
+    assert jobs == [f"phase-0002-{sha[:10]}"]  # the failed job's folder (and log) stays; the finished one is gone
+    assert not (rd.scratch / "phase-0001").exists()  # nor are the ranks' scratch folders left behind

@@ -11,7 +11,9 @@ How the harness reaches TRL (all harness code runs in the sandbox worker, never 
                            reject from the batch before the loss (TRL's core has no hook for this)
 
 The request and result types are in ``wire.py``, the bridge to TRL in ``hooks.py``, loading and evaluation in
-``model.py``.
+``model.py``. With several processes (``trainer.processes``, launched by ``launch.py``) every rank runs these
+functions: rank 0 draws the tasks and prompts and broadcasts them, each rank trains its share of each batch, and
+rank 0 alone logs the rollouts, evaluates and saves (the other ranks return None).
 The evaluator's verifier fills ``verified`` on every rollout (the harness never sees it), and the held-out
 split is scored with the evaluator's canonical prompt after training, so accuracy is comparable across harness
 versions. Outputs are written under temporary names and renamed when complete: a killed phase leaves nothing
@@ -187,12 +189,23 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
         history = {}
         if req.phase > 1 and rd.rollout_file(req.phase - 1).exists():
             history = level_history(read_rollouts(rd.rollout_file(req.phase - 1)))
-        weights = worker.curriculum(domain.levels, knobs.curriculum_weights, history)
-        prompts_per_batch = req.prompts_per_step * knobs.oversample  # dynamic sampling generates more, trains P
-        tasks = sample_tasks(rd.train_tasks(), weights, req.steps * prompts_per_batch, random.Random(task_seed))
+        tasks, raw_prompts = None, None
+        if rank() == 0:
+            weights = worker.curriculum(domain.levels, knobs.curriculum_weights, history)
+            prompts_per_batch = req.prompts_per_step * knobs.oversample  # dynamic sampling generates more, trains P
+            tasks = sample_tasks(rd.train_tasks(), weights, req.steps * prompts_per_batch, random.Random(task_seed))
+            raw_prompts = worker.prompts(tasks)
+        if world() > 1:  # rank 0's draw is every rank's: harness code may not be deterministic across processes
+            from accelerate import PartialState
+            from accelerate.utils import broadcast_object_list
+
+            PartialState(cpu=device == "cpu")  # the process group (TRL's arguments find it made)
+            shared = [tasks, raw_prompts]
+            broadcast_object_list(shared)
+            tasks, raw_prompts = shared
         model, tokenizer, peft_config = load_policy(req.init_checkpoint, device, req.dtype, req.lora, req.lora_rank)
         chat = uses_chat(tokenizer, req.chat)
-        prompts = [policy_prompt(p, chat) for p in worker.prompts(tasks)]
+        prompts = [policy_prompt(p, chat) for p in raw_prompts]
         dataset = Dataset.from_list([
             {"prompt": p, "task_json": json.dumps(t), "task_id": t["id"]} for p, t in zip(prompts, tasks)
         ])
@@ -232,6 +245,9 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
 
             attempts = gather_object(attempts)
     shutil.rmtree(scratch, ignore_errors=True)
+    if world() > 1:
+        with contextlib.suppress(OSError):  # the last rank out removes the phase's folder of rank folders
+            scratch.parent.rmdir()
     return Trained(model, tokenizer, hooks, train_logs, device, domain, rd, moments, req.chat, attempts)
 
 

@@ -6,7 +6,8 @@ advantages recomputed among the kept) and logs every rollout with the evaluator'
 ``make_trainer_class`` builds the GRPOTrainer subclass that applies those decisions to the batch (TRL's core has
 no hook for this), carries the optimizer's moments across phases and follows the run-level schedule
 (``lr_multiplier``). Used by ``trainer/grpo.py``; tested in
-``tests/test_trainer.py`` and, against replay, in ``tests/test_scoring.py``.
+``tests/test_trainer.py`` (against replay too: test_replay_reproduces_what_training_logged) and, with two processes,
+in ``tests/test_launch.py``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ job folder and runs, and waits for,
     accelerate launch --multi_gpu --num_processes N --num_machines 1 --mixed_precision no --dynamo_backend no \\
         [accelerate_args] -m evotrainer.trainer.launch JOB_DIR
 
-Every rank runs the same phase (``grpo.run_phase`` / ``run_pilot``): TRL gives each rank its share of every
+Every rank runs the same phase (``grpo.run_phase`` / ``run_pilot``) on the tasks and prompts rank 0 drew (the
+harness's curriculum and prompt code run once, on rank 0): TRL gives each rank its share of every
 generated batch, which it generates and scores in a sandbox worker of its own; the harness's filter decisions
 are taken once on the whole batch (rank 0, broadcast to all: ``hooks``), the loss normaliser counts every rank's
 tokens, and rank 0 alone logs the rollouts, evaluates, saves the checkpoint and writes ``result.json`` (a rank
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,7 +79,8 @@ def _write(path: Path, data: Any) -> None:
 def run_launched(req, progress: Callable[[dict], None] = lambda _: None, poll_s: float = 0.5):
     """Service side: train ``req`` (a PhaseRequest with ``processes`` > 1) in launched processes; its result.
 
-    Raises RuntimeError with the failing rank's one-line error (and where the launcher's log is) when it fails.
+    Raises ValueError (one line) when the processes cannot run here, and RuntimeError with the failing rank's
+    one-line error (and where the launcher's log is) when the launched job fails; that job's folder is kept.
     """
     from evotrainer.contracts import PhaseResult
     from evotrainer.rundir import RunDir
@@ -114,6 +117,7 @@ def run_launched(req, progress: Callable[[dict], None] = lambda _: None, poll_s:
             proc.wait()
     if proc.returncode == 0 and (job / "result.json").is_file():
         data = json.loads((job / "result.json").read_text())
+        shutil.rmtree(job, ignore_errors=True)  # a failed job's folder stays, with its log
         return (PilotResult if req.pilot else PhaseResult).model_validate(data)
     errors = [json.loads(p.read_text())["error"] for p in sorted(job.glob("error-rank*.json"))]
     tail = (job / "launch.log").read_text(errors="replace").strip().splitlines()[-1:] or ["(empty log)"]
