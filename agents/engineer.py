@@ -109,9 +109,8 @@ def subtraction(ctx: EngineerContext, d: Diagnosis, k: int) -> Candidate | None:
         name = f"subtract:{promo.candidate.intervention}"
         if name in done:
             continue
-        before = ctx.repo.repo.commit(promo.main_sha).parents[0].hexsha
-        edits = {f: ctx.repo.show_file(before, f) for f in promo.candidate.files}
-        edits = {f: t for f, t in edits.items() if t != ctx.repo.show_file(ctx.base_sha, f)}
+        restored = ctx.repo.files_before(promo.main_sha, promo.candidate.files)  # a file it added is left alone
+        edits = {f: t for f, t in restored.items() if t is not None and t != ctx.repo.show_file(ctx.base_sha, f)}
         if not edits:
             continue
         c = promo.candidate

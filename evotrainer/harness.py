@@ -174,6 +174,18 @@ class HarnessRepo:
         that text would commit the file without one)."""
         return self.repo.git.show(f"{ref}:{name}", strip_newline_in_stdout=False)
 
+    def files_before(self, merge_sha: str, names: list[str]) -> dict[str, str | None]:
+        """``names`` as they were on main just before the merge commit ``merge_sha`` (None: not there yet): what
+        undoing that merge restores."""
+        parent = self.repo.commit(merge_sha).parents[0].hexsha
+        out: dict[str, str | None] = {}
+        for name in names:
+            try:
+                out[name] = self.show_file(parent, name)
+            except git.GitCommandError:
+                out[name] = None
+        return out
+
     def knobs(self, ref: str) -> Knobs:
         """harness.yaml at ``ref``, read with ``git show`` (no checkout) and validated."""
         try:

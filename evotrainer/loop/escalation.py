@@ -18,8 +18,6 @@ import math
 import re
 from typing import TYPE_CHECKING, Callable
 
-import git
-
 from agents.playbook import layer_of
 from evotrainer.contracts import Promotion
 from evotrainer.harness import BOT, HarnessRepo, format_message, parse_trailers
@@ -74,21 +72,14 @@ def subtraction_problem(repo: HarnessRepo, edits: dict[str, str], before: Callab
     changes loses lines and gains or changes none: changing a value, even by deleting characters, is no
     subtraction). ``edits`` is {file: new text}; ``before(file)`` the file at the base."""
     for promo in reversed(promotions):
-        parent = repo.repo.commit(promo.main_sha).parents[0].hexsha
-        if all(f in promo.candidate.files and _text(repo, parent, f) == t for f, t in edits.items()):
+        restored = repo.files_before(promo.main_sha, promo.candidate.files)
+        if all(f in restored and restored[f] == t for f, t in edits.items()):
             return None
     grows = sorted(f for f, t in edits.items() if not _only_deletes(before(f), t))
     if not grows:
         return None
     return (f"it neither reverts an earlier promotion nor only deletes lines: it adds or changes lines in (or removes "
             f"none from) {', '.join(grows)}; a subtraction deletes lines or undoes a promoted edit")
-
-
-def _text(repo: HarnessRepo, ref: str, name: str) -> str | None:
-    try:
-        return repo.show_file(ref, name)
-    except git.GitCommandError:
-        return None
 
 
 def rollback(rt: Runtime, state: RunState) -> str | None:
