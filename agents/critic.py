@@ -95,7 +95,6 @@ class LLMCritic(LLMRole):
 
         if not diagnoses:
             return Critique(diagnoses=[])
-        self.ctx.phase = evidence.phase
         ids = {d.id for d in diagnoses}
 
         def check(step: CriticStep) -> str | None:

@@ -91,7 +91,6 @@ class LLMDiagnostician(LLMRole):
     role = "diagnostician"
 
     def diagnose(self, ev: PhaseEvidence) -> list[Diagnosis]:
-        self.ctx.phase = ev.phase
         tools = EvidenceTools.from_evidence(ev, history_of(ev))
         try:
             step = investigate(self.conversation(f"diagnose phase {ev.phase}"), tools, DiagnosticianStep,

@@ -156,7 +156,6 @@ class LLMEngineer(LLMRole):
 
     def propose(self, diagnoses: list[Diagnosis], ctx: EngineerContext, skills: dict[str, list[Skill]]
                 ) -> list[Candidate]:
-        self.ctx.phase = ctx.phase
         confirmed = [d for d in diagnoses if d.status == "confirmed"]
         if not confirmed:
             return []
