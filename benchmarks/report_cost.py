@@ -58,7 +58,8 @@ def main() -> None:
     ap.add_argument("run_dir", type=Path, nargs="?", help="a run directory with at least one phase")
     ap.add_argument("--build", type=Path, help="build a FAST run here first (a new folder), then measure it")
     ap.add_argument("--phases", type=int, default=6, help="phases of the run --build makes")
-    ap.add_argument("--writes", type=int, default=5, help="writes per median")
+    ap.add_argument("--writes", type=int, default=5, choices=range(1, 101), metavar="1..100",
+                    help="writes per median")
     args = ap.parse_args()
     if bool(args.run_dir) == bool(args.build):
         ap.error("give RUN_DIR or --build DIR")
@@ -80,9 +81,7 @@ def main() -> None:
         first = (time.perf_counter() - t0, time.process_time() - cpu0)
         cold, warm = [], []
         for _ in range(args.writes):
-            report._rollout_cache.clear()
-            report._candidate_cache.clear()
-            report._paired.cache_clear()
+            report.clear_caches()
             cold.append(timed(report.write, rd, out))
         for _ in range(args.writes):
             warm.append(timed(report.write, rd, out))

@@ -44,6 +44,13 @@ _rollout_cache: dict[tuple[str, float, int], dict] = {}  # published rollout fil
 _candidate_cache: dict[tuple[str, str], dict] = {}  # (harness repo, candidate sha) -> base, diff, backtest note
 
 
+def clear_caches() -> None:
+    """Forget what earlier reports read (rollout files, candidates, paired intervals): the next write reads anew."""
+    _rollout_cache.clear()
+    _candidate_cache.clear()
+    _paired.cache_clear()
+
+
 @functools.lru_cache(maxsize=512)
 def _paired(before: tuple[tuple[str, float], ...], after: tuple[tuple[str, float], ...]) -> dict[str, Any]:
     """``metrics.paired_gain`` of two phases' item scores, once per process (a run reports each pair again and
