@@ -318,7 +318,8 @@ def test_accuracy_change_is_paired_when_both_sides_have_items():
 
 def _chromium() -> str:
     """The browser, or a skip on a developer's machine without one; a failure where the environment requires it
-    (EVOTRAINER_REQUIRE_CHROMIUM=1: .ci/run sets it once Chromium is installed, so CI never skips silently)."""
+    (EVOTRAINER_REQUIRE_CHROMIUM=1). .ci/run sets it once Chromium is installed; where the install itself fails,
+    CI prints a note and this test skips, saying why."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
         if os.environ.get("EVOTRAINER_REQUIRE_CHROMIUM") == "1":
