@@ -109,8 +109,18 @@ class TrainerConfig(_Section):
     )
     accelerate_args: list[str] = Field(
         default_factory=list, description="more flags for `accelerate launch` when processes > 1, e.g. [--gpu_ids, "
-        "'0,1'] or [--config_file, acc.yaml]"
+        "'0,1'] or [--config_file, acc.yaml] (--gpu_ids, --config_file, --main_process_port and "
+        "--num_cpu_threads_per_process, each with its value)"
     )
+
+    @field_validator("accelerate_args")
+    @classmethod
+    def _launcher_flags(cls, value: list[str]) -> list[str]:
+        from evotrainer.trainer.launch import args_problem
+
+        if problem := args_problem(value):
+            raise ValueError(problem.split(": ", 1)[1])
+        return value
     url: str | None = Field(
         None, description="URL of a running trainer service; empty starts a local one on loopback"
     )

@@ -56,6 +56,23 @@ def test_the_launch_command_and_what_stops_it():
         assert "has 0 GPU(s)" in launch.check(2, "cuda")
 
 
+def test_only_the_allowed_launcher_flags_reach_the_command_line(tmp_path):
+    """Requests come over HTTP: flags beyond which GPUs, a config file, a port and CPU threads are refused, in the
+    config (one line) and by the service, before anything is launched."""
+    from evotrainer.trainer.wire import PhaseRequest
+
+    assert launch.args_problem(["--gpu_ids", "0,1", "--config_file", "acc.yaml"]) is None
+    for bad in (["--no_python", "x"], ["--gpu_ids"], ["--gpu_ids", "0", "-m", "os"]):
+        assert "trainer.accelerate_args: pairs of flag and value" in launch.args_problem(bad)
+    with pytest.raises(C.ConfigError, match=r"trainer.accelerate_args: .*pairs of flag and value"):
+        C.apply_overrides(C.parse({}), ["trainer.accelerate_args=[--no_python, x]"])
+    req = PhaseRequest(run_dir=str(tmp_path), phase=1, harness_sha="0" * 40, init_checkpoint="x", steps=1,
+                       prompts_per_step=1, processes=2, accelerate_args=["--no_python", "x"], device="cpu")
+    with pytest.raises(ValueError, match=r"flags among .* \(got \['--no_python', 'x'\]\)"):
+        launch.run_launched(req)
+    assert not (tmp_path / "tmp").exists()  # refused before any job folder was made
+
+
 def test_processes_must_divide_the_generated_batch(monkeypatch, tmp_path):
     from evotrainer.harness import read_knobs
     from evotrainer.trainer.grpo import grpo_config
