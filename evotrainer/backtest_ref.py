@@ -133,10 +133,10 @@ def backtest_ref(run_dir, ref: str) -> Outcome:
     try:
         report = run_backtest(repo, candidate, rows, tasks, main_sha=main, settings=cfg.backtest,
                               sandbox=cfg.sandbox, hide=rd.hidden_from_harness())
-    except Exception as err:  # noqa: BLE001 - say why it could not run, never a traceback
+        code = 0 if report.verdict == "promote" else 1
+        note = f"judged on {len(rows)} rollouts of phase(s) {', '.join(map(str, phases))}"
+        if code == 0 and cfg.backtest.trial_steps > 0:
+            note += "; in a run, the A/B trial would still decide"
+        return Outcome(code, note, candidate.model_dump(mode="json"), report.model_dump(mode="json"))
+    except Exception as err:  # noqa: BLE001 - say why it could not run, never a traceback (exit 1 = rejected only)
         return Outcome(2, f"the backtest could not run: {one_line(err)}", candidate.model_dump(mode="json"))
-    code = 0 if report.verdict == "promote" else 1
-    note = f"judged on {len(rows)} rollouts of phase(s) {', '.join(map(str, phases))}"
-    if code == 0 and cfg.backtest.trial_steps > 0:
-        note += "; in a run, the A/B trial would still decide"
-    return Outcome(code, note, candidate.model_dump(mode="json"), report.model_dump(mode="json"))

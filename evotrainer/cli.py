@@ -243,12 +243,9 @@ def backtest(run_dir: Path, ref: str, json_: bool = typer.Option(False, "--json"
 
     from rich.markup import escape
 
-    from evotrainer.backtest_ref import Outcome, backtest_ref, one_line
+    from evotrainer.backtest_ref import backtest_ref
 
-    try:
-        out = backtest_ref(run_dir, ref)
-    except Exception as err:  # noqa: BLE001 - backtest_ref returns its failures; exit 1 must only mean "rejected"
-        out = Outcome(2, one_line(err))
+    out = backtest_ref(run_dir, ref)  # never raises: a failure to judge is exit 2 with one line
     if json_:
         print(json_mod.dumps(out.as_json(), indent=1))
     elif out.code == 2:  # one line however narrow the terminal

@@ -31,7 +31,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -139,9 +138,9 @@ def run_launched(req, progress: Callable[[dict], None] = lambda _: None, poll_s:
 def _exit_with_service() -> None:
     pid = os.environ.get(SERVICE_PID)
     if pid:
-        from evotrainer.trainer.service import watch_parent
+        from evotrainer.trainer.parent import die_with
 
-        threading.Thread(target=watch_parent, args=(int(pid),), daemon=True).start()
+        die_with(int(pid))
 
 
 def main(job_dir: Path) -> int:

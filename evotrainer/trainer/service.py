@@ -30,6 +30,7 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException
 
+from evotrainer.trainer.parent import die_with
 from evotrainer.trainer.wire import HEALTH_WAIT_S, EvalRequest, PhaseRequest
 
 
@@ -148,28 +149,12 @@ def create_app() -> FastAPI:
     return app
 
 
-def watch_parent(pid: int) -> None:
-    """Exit this process when ``pid`` is gone (or a zombie): the service with its run, the ranks with the service."""
-    import psutil
-
-    while True:
-        try:
-            gone = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            gone = True
-        except psutil.Error:  # e.g. access denied: it exists
-            gone = False
-        if gone:
-            os._exit(0)
-        time.sleep(0.5)
-
-
 def serve(host: str = "127.0.0.1", port: int = 8765, parent_pid: int | None = None,
           port_file: str | None = None) -> None:
     import uvicorn
 
     if parent_pid:
-        threading.Thread(target=watch_parent, args=(parent_pid,), daemon=True).start()
+        die_with(parent_pid)
     app = create_app()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
