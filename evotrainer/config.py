@@ -122,7 +122,8 @@ class TrainerConfig(_Section):
             raise ValueError(problem.split(": ", 1)[1])
         return value
     url: str | None = Field(
-        None, description="URL of a running trainer service; empty starts a local one on loopback"
+        None, description="URL of a running trainer service (its token, if it has one, comes from "
+        "$EVOTRAINER_TRAINER_TOKEN); empty starts a local one on loopback"
     )
     start_timeout_s: float = Field(240, gt=0, description="how long to wait for a local service to come up")
     phase_timeout_s: float = Field(7200, gt=0, description="longest a phase may run before the run fails")

@@ -126,7 +126,7 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
     import os
     import signal
 
-    from evotrainer.trainer.client import LocalService, TrainerClient, TrainerLost
+    from evotrainer.trainer.client import LocalService, TrainerClient, TrainerError, TrainerLost
     from evotrainer.trainer.wire import EvalRequest
 
     import psutil
@@ -135,9 +135,14 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
     secrets = {"OPENAI_API_KEY": "sk-test-llm", "MY_SERVICE_TOKEN": "t", "HF_TOKEN": "hf_x", "WANDB_API_KEY": "w"}
     service = LocalService(run_dir.root, env={"EVOTRAINER_CACHE": str(policy_cache), **secrets},
                            on_restart=restarts.append)
-    client = TrainerClient(service.start(), restart=service.restart, max_restarts=1)
+    client = TrainerClient(service.start(), restart=service.restart, max_restarts=1, token=service.token)
     base = str(run_dir.root / "policy" / "base")
     try:
+        anonymous = TrainerClient(client.url)  # another local user, or another run, without this run's token
+        with pytest.raises(TrainerError, match="refused this run: missing or wrong trainer token"):
+            anonymous.health()
+        assert anonymous.http.post("/shutdown").status_code == 401 and client.health()["ok"]
+        anonymous.close()
         first_pid = service.proc.pid
         seen = psutil.Process(first_pid).environ()  # the agents' keys stay with the run process
         assert "OPENAI_API_KEY" not in seen and "MY_SERVICE_TOKEN" not in seen
@@ -163,6 +168,50 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
     remote = TrainerClient("http://127.0.0.1:9")  # nothing listens there, and it is not ours to restart
     with pytest.raises(TrainerLost, match="not started by this run"):
         remote.evaluate(EvalRequest(run_dir=str(run_dir.root), checkpoint=base, max_new_tokens=8))
+
+
+def test_the_service_refuses_to_listen_beyond_loopback_without_a_token():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "EVOTRAINER_TRAINER_TOKEN"}
+    out = subprocess.run([sys.executable, "-m", "evotrainer.trainer.service", "--host", "0.0.0.0", "--port", "0"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and out.stdout == "", out
+    assert out.stderr.strip().startswith("refusing to serve on 0.0.0.0 without a token: ") and \
+        len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_configured_trainer_url_is_reached_with_the_token_from_the_environment(tmp_path: Path, monkeypatch):
+    """``trainer.url``: a service started by hand with a token; the run's client sends $EVOTRAINER_TRAINER_TOKEN."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from evotrainer.trainer.client import TrainerError, connect
+
+    port_file = tmp_path / "port"
+    env = {**os.environ, "EVOTRAINER_TRAINER_TOKEN": "s3cret-token-for-this-test"}
+    proc = subprocess.Popen([sys.executable, "-m", "evotrainer.trainer.service", "--port", "0", "--port-file",
+                             str(port_file)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not port_file.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        url = f"http://127.0.0.1:{port_file.read_text()}"
+        monkeypatch.delenv("EVOTRAINER_TRAINER_TOKEN", raising=False)
+        with pytest.raises(TrainerError, match=f"the trainer service at {url} refused this run: .*set "
+                                               "EVOTRAINER_TRAINER_TOKEN"):
+            with connect(tmp_path, url):
+                pass
+        monkeypatch.setenv("EVOTRAINER_TRAINER_TOKEN", "s3cret-token-for-this-test")
+        with connect(tmp_path, url) as client:
+            assert client.health()["pid"] == proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_step_whose_rollouts_are_all_filtered_out_leaves_the_weights_alone(run_dir: RunDir):

@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from typing import Any, Callable, Iterator
 import httpx
 
 from evotrainer.contracts import EvalResult, PhaseResult
-from evotrainer.trainer.wire import HEALTH_WAIT_S, EvalRequest, PhaseRequest, PilotResult
+from evotrainer.trainer.wire import HEALTH_WAIT_S, TOKEN_ENV, EvalRequest, PhaseRequest, PilotResult, auth_headers
 from sandbox import exit_reason
 
 
@@ -45,8 +46,9 @@ class TrainerClient:
     """Client of one trainer service; ``restart`` (when given) brings a lost service back and returns its URL."""
 
     def __init__(self, url: str, timeout: float = 30.0, restart: Callable[[str], str] | None = None,
-                 max_restarts: int = 0):
+                 max_restarts: int = 0, token: str | None = None):
         self.timeout = timeout
+        self.token = token
         self.restart = restart
         self.max_restarts = max_restarts
         self.restarts_in_a_row = 0
@@ -54,7 +56,8 @@ class TrainerClient:
 
     def _connect(self, url: str) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url, timeout=self.timeout, trust_env=False)
+        self.http = httpx.Client(base_url=self.url, timeout=self.timeout, trust_env=False,
+                                 headers=auth_headers(self.token))
 
     def _recover(self, err: Exception, doing: str) -> None:
         """After the service was lost while ``doing``: restart it, or raise TrainerLost saying why not."""
@@ -80,7 +83,11 @@ class TrainerClient:
             return out
 
     def health(self) -> dict:
-        return self.http.get("/health").raise_for_status().json()
+        resp = self.http.get("/health")
+        if resp.status_code == 401:
+            raise TrainerError(f"the trainer service at {self.url} refused this run: {_detail(resp)}; set "
+                               f"{TOKEN_ENV} to the token the service was started with")
+        return resp.raise_for_status().json()
 
     def start_phase(self, request: PhaseRequest) -> str:
         resp = self.http.post("/phases", json=request.model_dump(mode="json"))
@@ -189,6 +196,7 @@ class LocalService:
         self.record = self.run_dir / "trainer.json"
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
+        self.token = secrets.token_urlsafe(32)  # only this run's client can drive its service, even on loopback
 
     def start(self) -> str:
         """Start the service and wait until it answers; return its URL."""
@@ -201,7 +209,8 @@ class LocalService:
         with open(self.run_dir / "trainer.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          preexec_fn=_die_with_parent,
-                                         env=service_env({**os.environ, **(self.env or {})}))
+                                         env={**service_env({**os.environ, **(self.env or {})}),
+                                              TOKEN_ENV: self.token})
         deadline = time.time() + self.start_timeout_s
         while not port_file.exists():
             if self.proc.poll() is not None:
@@ -213,7 +222,8 @@ class LocalService:
         url = f"http://127.0.0.1:{port_file.read_text().strip()}"
         # /health may take HEALTH_WAIT_S to answer while the service imports torch and TRL (longer on a busy
         # machine): a probe that gave up sooner would never see it answer
-        with httpx.Client(base_url=url, timeout=HEALTH_WAIT_S + 10, trust_env=False) as probe:
+        with httpx.Client(base_url=url, timeout=HEALTH_WAIT_S + 10, trust_env=False,
+                          headers=auth_headers(self.token)) as probe:
             while True:
                 try:
                     probe.get("/health").raise_for_status()
@@ -252,7 +262,8 @@ def local_service(run_dir: Path, start_timeout_s: float = 240, env: dict | None 
     service = LocalService(run_dir, start_timeout_s, env, on_restart)
     client = None
     try:
-        client = TrainerClient(service.start(), restart=service.restart, max_restarts=max_restarts)
+        client = TrainerClient(service.start(), restart=service.restart, max_restarts=max_restarts,
+                               token=service.token)
         yield client
     finally:
         if client is not None:
@@ -265,7 +276,7 @@ def connect(run_dir: Path, url: str | None, start_timeout_s: float = 240, max_re
             on_restart: Callable[[str], None] = lambda _: None) -> Iterator[TrainerClient]:
     """A client of the configured service, or of a local one started (and restarted if need be) for this run."""
     if url:
-        client = TrainerClient(url)
+        client = TrainerClient(url, token=os.environ.get(TOKEN_ENV) or None)
         try:
             client.health()
         except httpx.HTTPError as err:

@@ -11,6 +11,10 @@ API (JSON):
     POST /evaluate                wire.EvalRequest -> EvalResult on the run's held-out split (409 while a phase runs)
     POST /shutdown                stops the process
 
+With a token (``EVOTRAINER_TRAINER_TOKEN`` in the service's environment) every endpoint answers 401 to a request
+without ``Authorization: Bearer <token>``; the service refuses to listen beyond loopback without one (a request
+names run folders the service reads and writes). The run's own local service always gets a fresh token.
+
 One phase runs at a time, in a worker thread (or, with ``processes`` > 1 in the request, in processes launched
 for it by ``accelerate launch``: ``launch.py``); a second different request while busy gets 409. With
 ``--parent-pid`` the service exits when that process is gone (the kernel's parent-death signal covers a local
@@ -19,6 +23,8 @@ child, and a watcher thread covers the rest), so a killed ``evotrainer run`` nev
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import os
 import socket
 import threading
@@ -28,10 +34,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
 
 from evotrainer.trainer.parent import die_with
-from evotrainer.trainer.wire import HEALTH_WAIT_S, EvalRequest, PhaseRequest
+from evotrainer.trainer.wire import HEALTH_WAIT_S, TOKEN_ENV, EvalRequest, PhaseRequest, auth_headers
 
 
 # The heavy imports (torch, transformers, TRL: ~20 s on a small CPU) run in a background thread at start, while
@@ -58,9 +65,20 @@ class _Jobs:
         return f"{Path(req.run_dir).resolve()}::{req.phase}::{req.harness_sha}::{kind}"
 
 
-def create_app() -> FastAPI:
+def create_app(token: str | None = None) -> FastAPI:
+    """The service's API; with ``token``, every request must carry it (``wire.auth_headers``)."""
     app = FastAPI(title="EvoTrainer trainer service")
     jobs = _Jobs()
+    if token:
+        expected = auth_headers(token)["Authorization"].encode()
+
+        @app.middleware("http")
+        async def require_token(request: Request, call_next):
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return JSONResponse({"detail": f"missing or wrong trainer token (the client sends ${TOKEN_ENV})"},
+                                    status_code=401)
+            return await call_next(request)
     threading.Thread(target=_preload, name="preload", daemon=True).start()
 
     def device() -> str:
@@ -149,13 +167,25 @@ def create_app() -> FastAPI:
     return app
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
 def serve(host: str = "127.0.0.1", port: int = 8765, parent_pid: int | None = None,
           port_file: str | None = None) -> None:
     import uvicorn
 
+    token = os.environ.pop(TOKEN_ENV, "") or None  # not inherited by the ranks and sandboxes it starts
+    if token is None and not _loopback(host):
+        raise SystemExit(f"refusing to serve on {host} without a token: anyone who reaches the port could train on, "
+                         f"read and write the folders a request names. Set {TOKEN_ENV} here and for the run "
+                         f"(its client sends it), or serve on 127.0.0.1")
     if parent_pid:
         die_with(parent_pid)
-    app = create_app()
+    app = create_app(token)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))

@@ -21,6 +21,15 @@ from evotrainer.contracts import EvalResult
 
 HEALTH_WAIT_S = 20  # GET /health waits this long for the service's heavy imports before answering "loading"
 
+# The service's bearer token: read from this variable by the service at start and by the client of a trainer.url;
+# a local service gets a fresh one from its run (never on disk, never in the config, which refuses secrets).
+TOKEN_ENV = "EVOTRAINER_TRAINER_TOKEN"
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    """The request headers that carry ``token`` (none without one)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")
