@@ -19,6 +19,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from evotrainer.agents_config import AgentsConfig  # the agents section: models per role, budget
 from sandbox import DEFAULT_IMAGE, SandboxLimits
 
+# the `accelerate launch` flags trainer.accelerate_args may add, each taking one value: which GPUs, the launcher's
+# own config file, its port and CPU threads. Requests reach the trainer over HTTP, so the trainer checks every
+# request with the same rule (trainer/launch.py) and nothing else reaches the launcher's command line.
+ACCELERATE_FLAGS = frozenset({"--gpu_ids", "--config_file", "--main_process_port", "--num_cpu_threads_per_process"})
+
+
+def accelerate_args_problem(args: list[str]) -> str | None:
+    """Why ``args`` (trainer.accelerate_args) may not reach the launcher, as one line; None when they may."""
+    if len(args) % 2 or any(flag not in ACCELERATE_FLAGS for flag in args[::2]):
+        return ("trainer.accelerate_args: pairs of flag and value, the flags among "
+                f"{', '.join(sorted(ACCELERATE_FLAGS))}")
+    return None
+
 
 class ConfigError(ValueError):
     """A configuration problem, with a message meant for the user (one line per problem)."""
@@ -116,9 +129,7 @@ class TrainerConfig(_Section):
     @field_validator("accelerate_args")
     @classmethod
     def _launcher_flags(cls, value: list[str]) -> list[str]:
-        from evotrainer.trainer.launch import args_problem
-
-        if problem := args_problem(value):
+        if problem := accelerate_args_problem(value):
             raise ValueError(problem.split(": ", 1)[1])
         return value
     url: str | None = Field(

@@ -61,9 +61,9 @@ def test_only_the_allowed_launcher_flags_reach_the_command_line(tmp_path):
     config (one line) and by the service, before anything is launched."""
     from evotrainer.trainer.wire import PhaseRequest
 
-    assert launch.args_problem(["--gpu_ids", "0,1", "--config_file", "acc.yaml"]) is None
+    assert C.accelerate_args_problem(["--gpu_ids", "0,1", "--config_file", "acc.yaml"]) is None
     for bad in (["--no_python", "x"], ["--gpu_ids"], ["--gpu_ids", "0", "-m", "os"]):
-        assert "trainer.accelerate_args: pairs of flag and value" in launch.args_problem(bad)
+        assert "trainer.accelerate_args: pairs of flag and value" in C.accelerate_args_problem(bad)
     with pytest.raises(C.ConfigError, match=r"trainer.accelerate_args: .*pairs of flag and value"):
         C.apply_overrides(C.parse({}), ["trainer.accelerate_args=[--no_python, x]"])
     req = PhaseRequest(run_dir=str(tmp_path), phase=1, harness_sha="0" * 40, init_checkpoint="x", steps=1,

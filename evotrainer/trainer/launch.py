@@ -36,10 +36,9 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from evotrainer.config import accelerate_args_problem  # the config's rule, checked again per request
+
 SERVICE_PID = "EVOTRAINER_SERVICE_PID"  # the ranks exit when this process is gone
-# the `accelerate launch` flags a request may add, each taking one value: which GPUs, the launcher's own config
-# file, its port and CPU threads. Requests come over HTTP, so nothing else reaches the launcher's command line.
-ALLOWED_FLAGS = frozenset({"--gpu_ids", "--config_file", "--main_process_port", "--num_cpu_threads_per_process"})
 
 
 def rank() -> int:
@@ -57,13 +56,6 @@ def command(processes: int, accelerate_args: list[str], job_dir: Path) -> list[s
     return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
             "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", *accelerate_args,
             "-m", "evotrainer.trainer.launch", str(job_dir)]
-
-
-def args_problem(args: list[str]) -> str | None:
-    """Why ``args`` (trainer.accelerate_args) may not reach the launcher, as one line; None when they may."""
-    if len(args) % 2 or any(flag not in ALLOWED_FLAGS for flag in args[::2]):
-        return f"trainer.accelerate_args: pairs of flag and value, the flags among {', '.join(sorted(ALLOWED_FLAGS))}"
-    return None
 
 
 def check(processes: int, device: str) -> str | None:
@@ -96,7 +88,7 @@ def run_launched(req, progress: Callable[[dict], None] = lambda _: None, poll_s:
     from evotrainer.trainer.model import resolve_device
     from evotrainer.trainer.wire import PilotResult
 
-    bad_args = args_problem(req.accelerate_args)
+    bad_args = accelerate_args_problem(req.accelerate_args)
     problem = f"{bad_args} (got {req.accelerate_args})" if bad_args else check(req.processes, resolve_device(req.device))
     if problem:
         raise ValueError(problem)
