@@ -1,0 +1,83 @@
+"""What training learned on each difficulty level: the figure task levels must be calibrated on for the bench to
+see anything (a harness can only amplify learning that training produces).
+
+    evotrainer bench runs/learn --arms static --seeds 0,1,2 --phases 2 --set training.steps_per_phase=1000
+    python benchmarks/learnability.py runs/learn/static-seed*        # any run directories that trained
+
+For each run it prints, per level of the held-out split: the accuracy of the starting policy, after each phase, and
+the gain from the start to the last phase paired per item with its 95% interval (``metrics.paired_gain``); with
+several runs, also the gain pooled over them (runs as replicates, then items). A level whose interval holds 0
+taught nothing at that budget. ``--json PATH`` writes the figures. It reads the runs' files only: nothing trains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from evotrainer.metrics import paired_gain
+from evotrainer.rundir import RunDir
+
+
+def _items(path: Path) -> dict[str, float]:
+    return json.loads(path.read_text())["eval"]["items"]
+
+
+def run_levels(run_dir: Path) -> dict:
+    """Per level of ``run_dir``'s held-out split: item scores at the start and after each trained phase."""
+    results = sorted((run_dir / "checkpoints").glob("phase-*/result.json"))
+    if not (run_dir / "baseline.json").exists() or not results:
+        raise SystemExit(f"{run_dir}: no starting evaluation or no trained phase (is it a run that trained?)")
+    level = {t["id"]: str(t["difficulty"]) for t in RunDir(run_dir).eval_tasks()}
+    stages = [("start", 0, _items(run_dir / "baseline.json"))]
+    steps = 0
+    for path in results:
+        data = json.loads(path.read_text())
+        steps += data["steps"]
+        stages.append((f"phase {data['phase']}", steps, data["eval"]["items"]))
+    levels: dict[str, dict] = {}
+    for name in sorted(set(level.values())):
+        ids = [i for i, lv in level.items() if lv == name]
+        scores = [{i: items[i] for i in ids} for _, _, items in stages]
+        levels[name] = {"n": len(ids), "accuracy": [sum(s.values()) / len(ids) for s in scores], "scores": scores}
+    return {"run": str(run_dir), "stages": [(name, n) for name, n, _ in stages], "levels": levels}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args(argv)
+    runs = [run_levels(r) for r in a.runs]
+    out: dict = {"runs": [], "pooled": {}}
+    for run in runs:
+        print(f"{run['run']}: " + ", ".join(f"{name} ({n} steps)" if n else name for name, n in run["stages"]))
+        rows = {}
+        for name, lv in run["levels"].items():
+            gain = paired_gain([(lv["scores"][0], lv["scores"][-1])])
+            rows[name] = {"n": lv["n"], "accuracy": lv["accuracy"], "gain": gain}
+            path = " -> ".join(f"{acc:.1%}" for acc in lv["accuracy"])
+            print(f"  level {name} (n={lv['n']}): {path}; gain {gain['diff']:+.1%} "
+                  f"(95% CI {gain['low']:+.1%} to {gain['high']:+.1%})")
+        out["runs"].append({"run": run["run"], "stages": run["stages"], "levels": rows})
+    if len(runs) > 1:
+        print(f"pooled over {len(runs)} runs (runs, then items, resampled):")
+        for name in sorted(set.intersection(*(set(r["levels"]) for r in runs))):
+            pairs = [(r["levels"][name]["scores"][0], r["levels"][name]["scores"][-1]) for r in runs]
+            if len({len(a) for a, _ in pairs}) > 1:  # other seeds drew other level sizes: pool by mean only
+                diffs = [sum(b.values()) / len(b) - sum(a.values()) / len(a) for a, b in pairs]
+                gain = {"diff": sum(diffs) / len(diffs), "low": min(diffs), "high": max(diffs), "n": None}
+                how = "range over runs"
+            else:
+                gain, how = paired_gain(pairs), "95% CI"
+            out["pooled"][name] = gain
+            print(f"  level {name}: gain {gain['diff']:+.1%} ({how} {gain['low']:+.1%} to {gain['high']:+.1%})")
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
