@@ -190,6 +190,8 @@ def test_a_configured_trainer_url_is_reached_with_the_token_from_the_environment
     import sys
     import time
 
+    import httpx
+
     from evotrainer.trainer.client import TrainerError, connect
 
     port_file = tmp_path / "port"
@@ -201,6 +203,12 @@ def test_a_configured_trainer_url_is_reached_with_the_token_from_the_environment
         while not port_file.exists() and time.time() < deadline and proc.poll() is None:
             time.sleep(0.1)
         url = f"http://127.0.0.1:{port_file.read_text()}"
+        while time.time() < deadline:  # the port is bound before the server accepts: wait for any answer (401)
+            try:
+                httpx.get(f"{url}/health", timeout=30, trust_env=False)
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
         monkeypatch.delenv("EVOTRAINER_TRAINER_TOKEN", raising=False)
         with pytest.raises(TrainerError, match=f"the trainer service at {url} refused this run: .*set "
                                                "EVOTRAINER_TRAINER_TOKEN"):
