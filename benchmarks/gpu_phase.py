@@ -3,6 +3,8 @@
     python benchmarks/gpu_phase.py                       # CUDA, bf16: tiny, qwen2-0.5b-shape (and smollm2 if given)
     python benchmarks/gpu_phase.py --device cpu --models tiny --steps 4     # the same path on a CPU, in a minute
     python benchmarks/gpu_phase.py --smollm2 models/smollm2-135m           # add SmolLM2-135M (evotrainer policy import)
+    python benchmarks/gpu_phase.py --device cpu --models "" --policy runs/demo/policy/base --completion-length 8 \
+        --steps 500 [--learning-rate 3e-4] [--prompts 32]     # does a trained policy learn, with and without hooks?
 
 For each model it trains the same phase twice, in this process and in this order:
 
@@ -12,13 +14,17 @@ For each model it trains the same phase twice, in this process and in this order
               definition) and the same prompts, with a plain reward function (the verifier) and nothing else
 
 and prints per arm: median step time (TRL's own ``step_time``: generation + loss + update, first step dropped as
-warm-up), steps/s, generated tokens/s, peak GPU memory; and the harness/plain step-time ratio (goal <= 1.05).
+warm-up), steps/s, generated tokens/s, peak GPU memory, the mean training reward over the first and the last fifth
+of the steps (the two arms should learn alike: the hooks must not change what plain GRPO does); and the
+harness/plain step-time ratio (goal <= 1.05).
 Models (nothing is downloaded):
 
     tiny               the demo's character-level Qwen2 (128 wide, 3 layers), random weights
     qwen2-0.5b-shape   Qwen2-0.5B's body (24 layers, 896 wide, 14 heads, 2 KV heads, MLP 4864), random weights,
                        with the character vocabulary (so the embedding is small: ~360M parameters, not 494M)
     smollm2            SmolLM2-135M-Instruct from a folder ``evotrainer policy import`` wrote (``--smollm2 PATH``)
+    policy             any local model folder (``--policy PATH``), e.g. a run's ``policy/base``: the warmed-up tiny
+                       policy, whose rewards say whether training learns at this batch size and learning rate
 
 Random weights generate to the full completion budget (``--completion-length``, default 64), the worst case for
 generation. The device machines lack TRL: carry its wheel and those of what it needs that the machine lacks
@@ -80,6 +86,8 @@ def make_run(folder: Path, model: str, args) -> tuple:
     shutil.copytree(seed_dir("math", "math_chat" if chat else None), harness)
     knobs = yaml.safe_load((harness / "harness.yaml").read_text())
     knobs.update(max_completion_length=args.completion_length, group_size=args.group_size)
+    if args.learning_rate:
+        knobs["learning_rate"] = args.learning_rate
     (harness / "harness.yaml").write_text(yaml.safe_dump(knobs))
     cfg = apply_overrides(parse({}), [
         f"policy.model={model}", f"policy.device={args.device}", f"harness={harness}", "training.eval_size=12",
@@ -91,12 +99,15 @@ def make_run(folder: Path, model: str, args) -> tuple:
     return rd, PhaseRequest.make(cfg, str(rd.root), 1, sha, model, args.steps)
 
 
-def summarize(step_times: list[float], tokens: float, peak: float | None) -> dict:
+def summarize(step_times: list[float], tokens: float, peak: float | None, rewards: list[float]) -> dict:
     times = step_times[1:] or step_times  # the first step pays compilation and allocator warm-up
     median = statistics.median(times)
+    fifth = max(len(rewards) // 5, 1)
     return {"steps": len(step_times), "median_step_s": round(median, 4), "steps_per_s": round(1 / median, 3),
             "tokens_per_s": round(tokens / max(sum(step_times), 1e-9), 1),
-            "peak_gpu_gib": None if peak is None else round(peak / 2**30, 2)}
+            "peak_gpu_gib": None if peak is None else round(peak / 2**30, 2),
+            "reward_first": round(statistics.mean(rewards[:fifth]), 4) if rewards else None,
+            "reward_last": round(statistics.mean(rewards[-fifth:]), 4) if rewards else None}
 
 
 def peak_memory(device: str):
@@ -124,7 +135,7 @@ def harness_arm(req, device: str, scratch: Path) -> dict:
 
     reset_memory(device)
     trained = _train(req, lambda _: None, scratch, 1)
-    out = summarize(trained.logs["step_time"], trained.hooks.tokens, peak_memory(device))
+    out = summarize(trained.logs["step_time"], trained.hooks.tokens, peak_memory(device), trained.logs["reward"])
     out["parameters_m"] = round(sum(p.numel() for p in trained.model.parameters()) / 1e6, 1)
     del trained
     return out
@@ -174,7 +185,7 @@ def plain_arm(req, rd, device: str, scratch: Path) -> dict:
     trainer.train()
     batch = req.prompts_per_step * knobs.group_size
     tokens = sum(collected.get("completions/mean_length", [])) * batch
-    out = summarize(collected["step_time"], tokens, peak_memory(device))
+    out = summarize(collected["step_time"], tokens, peak_memory(device), collected["reward"])
     del trainer, model
     return out
 
@@ -184,6 +195,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--models", default="tiny,qwen2-0.5b-shape", help="comma-separated: tiny, qwen2-0.5b-shape")
     ap.add_argument("--smollm2", type=Path, help="a SmolLM2-135M folder from `evotrainer policy import` (added)")
+    ap.add_argument("--policy", type=Path, help="any local model folder, e.g. a run's policy/base (added)")
+    ap.add_argument("--learning-rate", type=float, default=None, help="instead of the seed harness's")
     ap.add_argument("--steps", type=int, default=12, help="GRPO steps per arm (the first is dropped as warm-up)")
     ap.add_argument("--prompts", type=int, default=8, help="prompts per step")
     ap.add_argument("--group-size", type=int, default=8, help="completions per prompt")
@@ -205,6 +218,8 @@ def main() -> None:
         models = {m: None for m in args.models.split(",") if m}
         if args.smollm2:
             models["smollm2"] = args.smollm2.resolve()
+        if args.policy:
+            models["policy"] = args.policy.resolve()
         for name, path in models.items():
             path = path or build(name, folder)
             rd, req = make_run(folder / f"run-{name}", str(path), args)
@@ -219,7 +234,8 @@ def main() -> None:
             for arm in ("harness", "plain"):
                 r = row[arm]
                 print(f"  {arm:8s} {r['median_step_s']:.3f} s/step  {r['steps_per_s']:.2f} steps/s  "
-                      f"{r['tokens_per_s']:.0f} gen tokens/s  peak GPU {r['peak_gpu_gib']} GiB", flush=True)
+                      f"{r['tokens_per_s']:.0f} gen tokens/s  peak GPU {r['peak_gpu_gib']} GiB  training reward "
+                      f"{r['reward_first']} (first fifth) -> {r['reward_last']} (last fifth)", flush=True)
     print(json.dumps(results, indent=1))
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
