@@ -2,7 +2,8 @@
 
 :class:`TrainerClient` is a thin httpx client of the API in ``service.py``. :class:`LocalService` starts
 ``python -m evotrainer.trainer.service`` on loopback as a child of the run process (port chosen by the OS,
-output in ``RUN_DIR/trainer.log``; the run's environment without the agents' LLM keys, :func:`service_env`), records it in ``RUN_DIR/trainer.json``, and stops it on exit. The child
+output in ``RUN_DIR/trainer.log``; the run's environment without the agents' LLM keys, :func:`service_env`, plus a fresh bearer token that
+only this run's client sends; a configured ``trainer.url`` gets ``$EVOTRAINER_TRAINER_TOKEN``), records it in ``RUN_DIR/trainer.json``, and stops it on exit. The child
 dies with its parent (parent-death signal + watcher), so a ``kill -9`` of the run leaves no orphan; a stale
 record from an earlier run process is cleaned up before a new service starts.
 
