@@ -17,26 +17,21 @@ import json
 import sys
 from pathlib import Path
 
+from evotrainer.history import phase_results
 from evotrainer.metrics import paired_gain
 from evotrainer.rundir import RunDir
 
 
-def _items(path: Path) -> dict[str, float]:
-    return json.loads(path.read_text())["eval"]["items"]
-
-
 def run_levels(run_dir: Path) -> dict:
     """Per level of ``run_dir``'s held-out split: item scores at the start and after each trained phase."""
-    results = sorted((run_dir / "checkpoints").glob("phase-*/result.json"))
-    if not (run_dir / "baseline.json").exists() or not results:
+    rd = RunDir(run_dir)
+    start, results = rd.baseline(), phase_results(rd)
+    if start is None or not results:
         raise SystemExit(f"{run_dir}: no starting evaluation or no trained phase (is it a run that trained?)")
-    level = {t["id"]: str(t["difficulty"]) for t in RunDir(run_dir).eval_tasks()}
-    stages = [("start", 0, _items(run_dir / "baseline.json"))]
-    steps = 0
-    for path in results:
-        data = json.loads(path.read_text())
-        steps += data["steps"]
-        stages.append((f"phase {data['phase']}", steps, data["eval"]["items"]))
+    level = {t["id"]: str(t["difficulty"]) for t in rd.eval_tasks()}
+    stages = [("start", 0, start.items)]
+    for result in results:
+        stages.append((f"phase {result.phase}", stages[-1][1] + result.steps, result.eval.items))
     levels: dict[str, dict] = {}
     for name in sorted(set(level.values())):
         ids = [i for i, lv in level.items() if lv == name]

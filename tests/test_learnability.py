@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from evotrainer.contracts import EvalResult, PhaseResult
 from evotrainer.rundir import RunDir
 from tests.conftest import FAST, ROOT, cli
 
@@ -18,22 +19,29 @@ learnability = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(learnability)
 
 
-def _write_eval(path: Path, items: dict[str, float], **more) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**more, "eval": {"accuracy": sum(items.values()) / len(items), "items": items}}))
+def _eval(items: dict[str, float]) -> EvalResult:
+    return EvalResult(accuracy=sum(items.values()) / len(items), n=len(items), items=items)
+
+
+def _write_phase(rd: RunDir, phase: int, steps: int, items: dict[str, float]) -> None:
+    result = PhaseResult(phase=phase, harness_sha="0" * 40, steps=steps, eval=_eval(items), rollout_path="",
+                         checkpoint_path=str(rd.checkpoint(phase)), wall_time_s=1.0, tokens=0)
+    rd.checkpoint(phase).mkdir(parents=True)
+    (rd.checkpoint(phase) / "result.json").write_text(result.model_dump_json())
 
 
 def test_per_level_gains_paired_per_item_and_pooled_over_runs(tmp_path: Path, cli_env, capsys) -> None:
     run = tmp_path / "run"
     cli(["init", str(run), *[a for o in FAST for a in ("--set", o)]], cli_env)
-    tasks = RunDir(run).eval_tasks()
+    rd = RunDir(run)
+    tasks = rd.eval_tasks()
     start = {t["id"]: 0.0 for t in tasks}
-    _write_eval(run / "baseline.json", start)
-    _write_eval(run / "checkpoints" / "phase-0001" / "result.json", start, phase=1, steps=6)
-    learned = {t["id"]: float(str(t["difficulty"]) == "2") for t in tasks}  # phase 2 learned all of level 2
-    _write_eval(run / "checkpoints" / "phase-0002" / "result.json", learned, phase=2, steps=6)
     with pytest.raises(SystemExit, match="no starting evaluation"):
-        learnability.main([str(tmp_path)])  # not a run that trained: one line
+        learnability.main([str(run)])  # not a run that trained: one line
+    rd.save_baseline(str(rd.policy_base), _eval(start))
+    _write_phase(rd, 1, 6, start)
+    learned = {t["id"]: float(str(t["difficulty"]) == "2") for t in tasks}  # phase 2 learned all of level 2
+    _write_phase(rd, 2, 6, learned)
 
     again = tmp_path / "again"
     shutil.copytree(run, again)
