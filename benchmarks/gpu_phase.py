@@ -86,7 +86,7 @@ def make_run(folder: Path, model: str, args) -> tuple:
     shutil.copytree(seed_dir("math", "math_chat" if chat else None), harness)
     knobs = yaml.safe_load((harness / "harness.yaml").read_text())
     knobs.update(max_completion_length=args.completion_length, group_size=args.group_size)
-    if args.learning_rate:
+    if args.learning_rate is not None:
         knobs["learning_rate"] = args.learning_rate
     (harness / "harness.yaml").write_text(yaml.safe_dump(knobs))
     cfg = apply_overrides(parse({}), [
