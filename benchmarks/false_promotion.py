@@ -60,6 +60,7 @@ def main() -> None:
     if not rd.exists():
         rd.init(C.parse({}), log=print)
     base = rd.ensure_policy(log=print)
+    training = rd.load_config().training  # the run's batch, as its phases and trials use it
     repo = HarnessRepo(rd.harness)
     main_sha = repo.sha("main")
     cand_sha = main_sha
@@ -70,8 +71,9 @@ def main() -> None:
 
     def arm(sha: str, phase: int, offset: int) -> list:
         return [run_pilot(PhaseRequest(run_dir=str(rd.root), phase=phase, harness_sha=sha, pilot=True,
-                                       replicate=offset + r, init_checkpoint=base, steps=a.steps, prompts_per_step=8,
-                                       probe_size=a.probe, eval_max_new_tokens=16, sandbox=SandboxConfig())).probe
+                                       replicate=offset + r, init_checkpoint=base, steps=a.steps,
+                                       prompts_per_step=training.prompts_per_step, probe_size=a.probe,
+                                       eval_max_new_tokens=training.eval_max_new_tokens, sandbox=SandboxConfig())).probe
                 for r in range(a.seeds)]
 
     promoted = 0

@@ -300,7 +300,7 @@ KINDS = [
         "filters.py": _seed(w.repo, "filters.py").replace("    return True", "    return len(group) > 0")},
         "harness.yaml:temperature"), "variable", ("also changes", "filters.keep")),
     Kind("knob change that is not the declared one", _edit(lambda w: {
-        "harness.yaml": _seed(w.repo, "harness.yaml").replace("learning_rate: 3.0e-5", "learning_rate: 0.5")},
+        "harness.yaml": _seed(w.repo, "harness.yaml").replace("learning_rate: 1.0e-4", "learning_rate: 0.5")},
         "harness.yaml:temperature"), "variable", ("harness.yaml:learning_rate",)),
     Kind("reward of the wrong type", _edit(lambda w: {"rewards.py": _seed(w.repo, "rewards.py").replace(
         '    return 1.0 if _answer', '    return "1" if _answer')}, "rewards.correct"), "self_tests", ()),

@@ -259,7 +259,7 @@ def test_a_subtraction_under_escalation_must_revert_or_delete(tmp_path, repo):
     gone = read("filters.py").replace("def keep_rollout(rollout: dict) -> bool:\n    return True\n\n\n", "")
     assert subtraction_problem(repo, {"filters.py": gone}, read, []) is None
     knobs = read("harness.yaml")
-    assert subtraction_problem(repo, {"harness.yaml": knobs.replace("3.0e-5", "1.0e-5")}, read, [promo])
+    assert subtraction_problem(repo, {"harness.yaml": knobs.replace("1.0e-4", "1.0e-5")}, read, [promo])
     assert subtraction_problem(repo, {"harness.yaml": knobs.replace("weight_decay: 0.0 ", "weight_decay: 0 ")},
                                read, [])
     assert subtraction_problem(repo, {"filters.py": gone.replace("return len(", "return not len(")}, read, [])
