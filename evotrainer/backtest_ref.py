@@ -1,8 +1,9 @@
 """``evotrainer backtest RUN_DIR REF``: judge any branch or commit of a run's harness against its main.
 
 The same backtest the loop runs (``evotrainer.backtest.run_backtest``: replay and safety checks, in the sandbox)
-on the run's retained rollouts (the last ``backtest.retained_phases`` phases that trained), for a commit the
-Engineer made or one a person wrote by hand. The candidate is read from the commit's trailers (Variable,
+on the run's retained rollouts (the last ``backtest.retained_phases`` phases that trained, at most
+``backtest.replay_batches`` generated batches of them), for a commit the Engineer made or one a person wrote by
+hand. The candidate is read from the commit's trailers (Variable,
 Hypothesis, Expected, Rollback, Diagnosis; ``evotrainer.harness.parse_trailers``); a hand-written commit
 without them gets defaults: no declared variable (the ``variable`` check then infers the one the diff changes
 and rejects a diff that changes several), the subject as hypothesis, and a target metric from the backtest note,
@@ -103,7 +104,7 @@ def backtest_ref(run_dir, ref: str) -> Outcome:
     """Judge ``ref`` against main on ``run_dir``'s retained rollouts; never raises for a bad ref or run."""
     from evotrainer.backtest import run_backtest
     from evotrainer.config import ConfigError
-    from evotrainer.rollouts import read_rollouts
+    from evotrainer.rollouts import read_rollouts, spread_batches
     from evotrainer.rundir import RunDirError
 
     try:
@@ -121,7 +122,8 @@ def backtest_ref(run_dir, ref: str) -> Outcome:
         phases = _retained(rd, cfg.backtest.retained_phases)
         if not phases:
             raise CannotJudge(f"{rd.root} has no retained rollouts yet (no phase has trained)")
-        rows = [r for p in phases for r in read_rollouts(rd.rollout_file(p))]
+        rows = spread_batches([r for p in phases for r in read_rollouts(rd.rollout_file(p))],
+                              cfg.backtest.replay_batches)
         tasks = {t["id"]: t for t in rd.train_tasks()}
         candidate = candidate_for(repo, ref, cfg.domain)
     except CannotJudge as err:

@@ -84,6 +84,18 @@ def read_rollouts(path: Path) -> list[dict]:
     return rows
 
 
+def spread_batches(rows: list[dict], most: int) -> list[dict]:
+    """The rows of at most ``most`` generated batches (one training step of one phase each), spread evenly over
+    the batches in ``rows`` (always the first and the last), in their order: what bounds a replay's cost when
+    phases are long. Rows of a batch are never split, so replayed advantages and refills stay as training had them.
+    """
+    steps = sorted({(r["phase"], r["step"]) for r in rows})
+    if len(steps) <= most:
+        return rows
+    picked = {steps[round(i * (len(steps) - 1) / (most - 1))] for i in range(most)} if most > 1 else {steps[-1]}
+    return [r for r in rows if (r["phase"], r["step"]) in picked]
+
+
 def groups_of(rollouts: list[dict]) -> dict[str, list[dict]]:
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rollouts:

@@ -26,6 +26,7 @@ from evotrainer.loop import backtest
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.pause import RunPaused
+from evotrainer.rollouts import spread_batches
 from evotrainer.rundir import RunDir
 from evotrainer.trainer.client import TrainerClient
 from tests.backtest_world import HACK_REWARDS, NUMERIC_REWARDS, make_run
@@ -209,3 +210,21 @@ def test_only_an_edit_that_changed_nothing_or_trained_and_lost_is_not_retried() 
     assert backtest.not_worth_retrying(report(Check(name="effect", passed=True), lost)) == "trial_lost"
     assert backtest.not_worth_retrying(report(Check(name="effect", passed=True), crashed)) is None
     assert backtest.not_worth_retrying(report(Check(name="prompt_leak", passed=False))) is None
+
+
+def test_the_replay_uses_at_most_replay_batches_whole_batches_spread_over_the_phase(tmp_path: Path) -> None:
+    """Long phases would make every replay slower than its time budget (and the replay_time check then rejects every
+    candidate): main's replay, which every candidate is replayed beside, takes whole generated batches, evenly
+    spread, first and last included."""
+    rd = make_run(tmp_path / "run", ["backtest.trial_steps=0", "backtest.replay_batches=4"])
+    rt = runtime(rd, TrainerClient("http://127.0.0.1:9"))  # nothing here reaches a trainer
+    try:
+        main = rt.evidence.main(rt.repo.sha("main"), [1])
+        all_rows = rt.evidence.rows([1])
+        assert sorted({r["step"] for r in all_rows}) == list(range(1, 11))  # the world's 10 batches of 4 groups
+        assert sorted({r["step"] for r in main.rollouts}) == [1, 4, 7, 10]
+        assert len(main.rollouts) == 4 * 4 * 4  # whole batches: 4 groups of 4 each
+        assert spread_batches(all_rows, 10) is all_rows and spread_batches(all_rows, 99) is all_rows
+        assert {r["step"] for r in spread_batches(all_rows, 1)} == {10}
+    finally:
+        rt.evidence.close()

@@ -7,7 +7,8 @@ file. Now:
     rollouts(phase)          each phase's parquet file, read once (rows are shared: never mutate them)
     knobs(sha)               harness.yaml at a commit, read with ``git show``
     tasks()                  the training pool by id
-    main(sha, phases)        main exported once, its sandbox worker, its replay on those phases' rollouts
+    main(sha, phases)        main exported once, its sandbox worker, its replay on those phases' rollouts (at most
+                             backtest.replay_batches generated batches of them, spread evenly)
     registry(sha, phases)    main's diagnostics on the phases' rollouts as they trained (what the Diagnostician reads)
 
 It is a cache, not state: after a kill it is rebuilt from disk.
@@ -22,7 +23,7 @@ from evotrainer.backtest import Baseline, harness_worker
 from evotrainer.config import Config
 from evotrainer.harness import HarnessRepo, Knobs
 from evotrainer.replay import registry
-from evotrainer.rollouts import read_rollouts
+from evotrainer.rollouts import read_rollouts, spread_batches
 from evotrainer.rundir import RunDir
 from sandbox import HarnessWorker
 
@@ -65,8 +66,8 @@ class EvidenceCache:
         key = (sha, tuple(phases))
         if key not in self._mains:
             _, path, worker = self._workers[sha]
-            self._mains[key] = Baseline(sha=sha, dir=path, worker=worker, rollouts=self.rows(phases),
-                                        tasks=self.tasks())
+            rows = spread_batches(self.rows(phases), self.cfg.backtest.replay_batches)
+            self._mains[key] = Baseline(sha=sha, dir=path, worker=worker, rollouts=rows, tasks=self.tasks())
         return self._mains[key]
 
     def registry(self, sha: str, phases: list[int]) -> dict:
