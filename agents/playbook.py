@@ -147,6 +147,25 @@ def _drop_zero_variance(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     return {"filters.py": new}
 
 
+def _dynamic_sampling(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    """DAPO's dynamic sampling: groups without reward spread stop training and the step generates twice the prompts
+    to refill the batch with groups that carry signal. One variable (``filters.keep_group`` covers the refill
+    budget ``harness.yaml:oversample``); when main's filter already drops those groups, only the budget changes."""
+    if knobs.oversample > 1:
+        return None
+    out = {"harness.yaml": set_yaml_scalar(files["harness.yaml"], "oversample", "2")}
+    src = files["filters.py"]
+    if marker("drop_zero_variance_groups") not in src and marker("dynamic_sampling") not in src:
+        out["filters.py"] = replace_function(src, "keep_group", f'''def keep_group(group: list[dict]) -> bool:
+    {marker("dynamic_sampling")}
+    # a group whose rewards are all equal has zero GRPO advantage; with harness.yaml's oversample: 2 the trainer
+    # refills the batch with groups that carry signal
+    rewards = [r["reward"] for r in group]
+    return max(rewards) - min(rewards) > 1e-6
+''')
+    return out
+
+
 def reward_component(name: str, weight: float, func_src: str, intervention: str):
     """An edit that adds the reward component ``func_src`` to rewards.py with ``weight`` in harness.yaml."""
 
@@ -207,6 +226,10 @@ GENERIC: list[Intervention] = [
         "drop_zero_variance_groups", 10, ("diluted_batch", "dead_groups"), "filters.keep_group",
         "kept_dead_ratio", "down", False, "groups whose rewards are all equal stop training",
         "such groups carry zero advantage and only dilute the per-sequence loss", _drop_zero_variance),
+    Intervention(
+        "dynamic_sampling", 15, ("diluted_batch", "dead_groups"), "filters.keep_group", "kept_dead_ratio", "down",
+        True, "groups without reward spread stop training and each step samples twice the prompts to refill the "
+        "batch", "every trained slot then carries signal, where a dead group carries none (DAPO)", _dynamic_sampling),
     Intervention(
         "reweight_curriculum", 30, ("dead_groups",), "harness.yaml:curriculum_weights", "dead_group_ratio",
         "down", False, "levels are sampled in proportion to their share of groups with reward spread",

@@ -63,9 +63,10 @@ def replay(worker: HarnessWorker, harness_dir: Path, rollouts: list[dict], tasks
         gflags = [[bool(k) for k in next(decided)] for _ in groups]
         room = capacity_cut([any(f) for f in gflags], knobs.oversample)
         kept = [k and fits for f, fits in zip(gflags, room) for k in f]
+        refill = [k and not fits for f, fits in zip(gflags, room) for k in f]  # kept, beyond the step's prompts
         _set_advantages(groups, knobs.scale_rewards, kept)
-        for r, keep in zip((r for g in groups for r in g), kept):
-            r["kept"] = keep
+        for r, keep, spare in zip((r for g in groups for r in g), kept, refill):
+            r["kept"], r["spare"] = keep, spare
             r["trained"] = trains(keep, masked(r["truncated"], knobs))
             if not r["trained"]:
                 r["advantage"] = 0.0
@@ -95,9 +96,11 @@ def _verified_dropped(rows: list[dict]) -> float:
     """Share of verified-correct rollouts that do not train toward themselves (filtered, masked, or advantage <= 0).
 
     A correct rollout in an all-correct group has zero advantage on any harness, so dropping that group loses
-    nothing; a correct rollout that loses its positive advantage is a real loss of signal.
+    nothing; a correct rollout that loses its positive advantage is a real loss of signal. Rollouts the filters kept
+    but dynamic sampling had no room for (``spare``: with ``oversample: k`` a step generates k times the groups it
+    trains) are not counted: in training they are the extra generation, not signal the batch would have had.
     """
-    correct = [r for r in rows if r["verified"]]
+    correct = [r for r in rows if r["verified"] and not r.get("spare")]
     return sum(not (r["trained"] and r["advantage"] > 1e-9) for r in correct) / len(correct) if correct else 0.0
 
 

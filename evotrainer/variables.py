@@ -13,7 +13,8 @@ names of what a diff between two commits changes:
 A declared variable covers what it names and what belongs to it: ``harness.yaml:KEY`` its sub-keys; a module
 (``filters.py`` or ``filters``) every name in it, ``tests`` every test; ``MODULE.NAME`` also the module's imports
 and its private helpers (names starting with ``_``); ``rewards.NAME`` also ``rewards.COMPONENTS`` and
-``harness.yaml:reward_weights.NAME`` (a reward component is registered and weighed there). Try it alone:
+``harness.yaml:reward_weights.NAME`` (a reward component is registered and weighed there); ``filters.NAME`` also
+``harness.yaml:oversample`` (dynamic sampling is a filter plus the refill of what it drops: one variable). Try it alone:
 ``python -m evotrainer.variables RUN_DIR/harness BASE REF [DECLARED]``.
 """
 
@@ -120,7 +121,8 @@ def covers(declared: str, name: str) -> bool:
     own = name.startswith(head + ".") and name[len(head) + 1:] in ("<imports>", "<statements>") or \
         name.startswith(head + "._")
     reward = head == "rewards" and name in ("rewards.COMPONENTS", f"harness.yaml:reward_weights.{tail}")
-    return own or reward
+    refill = head == "filters" and name == "harness.yaml:oversample"  # dynamic sampling refills what filters drop
+    return own or reward or refill
 
 
 def uncovered(declared: str, names: set[str]) -> list[str]:

@@ -170,3 +170,30 @@ def test_a_diagnostic_already_out_of_bounds_on_main_may_improve_but_not_worsen()
     assert not _diag_checks(low, {"m": {"value": 0.01}})[0].passed
     inside = {"m": {"value": 0.3, "min": 0.1, "max": 0.5}}
     assert not _diag_checks(inside, {"m": {"value": 0.6}})[0].passed
+
+
+def test_dynamic_sampling_is_one_variable_and_its_refill_cut_is_not_a_dropped_signal(repo):
+    """DAPO's dynamic sampling (a filter dropping groups without spread plus ``oversample: 2``) is one variable, and
+    its replay keeps only the step's prompt count of the kept groups: the spare ones are the refill's extra
+    generation, not verified-correct rollouts the edit takes away, so it goes on to the A/B trial."""
+    from evotrainer.variables import covers
+
+    # batches of 4 groups: 3 with reward spread and 1 all wrong, so half the batch (2 groups) cuts a spread group
+    rows = rollouts([[("9", True), ("8", False), ("9", True), ("7", False)] if g % 4 else [("1", False)] * 4
+                     for g in range(40)])
+    files = {n: repo.show_file("main", n) for n in ("filters.py", "harness.yaml")}
+    edits = find("math", "dynamic_sampling").edit(files, read_knobs(repo.path), {})
+    assert sorted(edits) == ["filters.py", "harness.yaml"] and "oversample: 2" in edits["harness.yaml"]
+    cand = _commit(repo, edits, "filters.keep_group", "kept_dead_ratio", "down", "dynamic_sampling")
+    report = _judge(repo, cand, rows)
+    assert report.verdict == "promote", report.reasons  # the safety checks pass; the trial decides
+    checks = {c.name: c for c in report.checks}
+    assert checks["variable"].passed and checks["verified_dropped"].passed
+    assert checks["effect"].passed and checks["effect"].candidate > 0
+    assert covers("filters.keep_group", "harness.yaml:oversample")
+    assert not covers("filters.keep_group", "harness.yaml:temperature")
+    assert not covers("rewards.closeness", "harness.yaml:oversample")
+    # with main's filter already dropping those groups, only the refill budget changes
+    dropped = find("math", "drop_zero_variance_groups").edit(files, read_knobs(repo.path), {})
+    only = find("math", "dynamic_sampling").edit({**files, **dropped}, read_knobs(repo.path), {})
+    assert sorted(only) == ["harness.yaml"]
