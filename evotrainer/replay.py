@@ -98,10 +98,11 @@ def _verified_dropped(rows: list[dict]) -> float:
     A correct rollout in an all-correct group has zero advantage on any harness, so dropping that group loses
     nothing; a correct rollout that loses its positive advantage is a real loss of signal. Rollouts the filters kept
     but dynamic sampling had no room for (``spare``: with ``oversample: k`` a step generates k times the groups it
-    trains) are not counted: in training they are the extra generation, not signal the batch would have had.
+    trains) are not a loss: in training they are the extra generation, not signal the batch would have had.
     """
-    correct = [r for r in rows if r["verified"] and not r.get("spare")]
-    return sum(not (r["trained"] and r["advantage"] > 1e-9) for r in correct) / len(correct) if correct else 0.0
+    correct = [r for r in rows if r["verified"]]
+    lost = sum(not (r["trained"] and r["advantage"] > 1e-9 or r.get("spare")) for r in correct)
+    return lost / len(correct) if correct else 0.0
 
 
 def _with_trained(rows: list[dict]) -> list[dict]:

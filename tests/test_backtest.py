@@ -178,8 +178,9 @@ def test_dynamic_sampling_is_one_variable_and_its_refill_cut_is_not_a_dropped_si
     generation, not verified-correct rollouts the edit takes away, so it goes on to the A/B trial."""
     from evotrainer.variables import covers
 
-    # batches of 4 groups: 3 with reward spread and 1 all wrong, so half the batch (2 groups) cuts a spread group
-    rows = rollouts([[("9", True), ("8", False), ("9", True), ("7", False)] if g % 4 else [("1", False)] * 4
+    # batches of 4 groups: 3 with reward spread and 1 all right, so half the batch (2 groups) leaves a spread group
+    # spare; the all-right group's correct rollouts train with advantage 0 on main and not at all on the candidate
+    rows = rollouts([[("9", True), ("8", False), ("9", True), ("7", False)] if g % 4 else [("9", True)] * 4
                      for g in range(40)])
     files = {n: repo.show_file("main", n) for n in ("filters.py", "harness.yaml")}
     edits = find("math", "dynamic_sampling").edit(files, read_knobs(repo.path), {})
@@ -189,6 +190,7 @@ def test_dynamic_sampling_is_one_variable_and_its_refill_cut_is_not_a_dropped_si
     assert report.verdict == "promote", report.reasons  # the safety checks pass; the trial decides
     checks = {c.name: c for c in report.checks}
     assert checks["variable"].passed and checks["verified_dropped"].passed
+    assert checks["verified_dropped"].candidate == checks["verified_dropped"].base == pytest.approx(4 / 10)
     assert checks["effect"].passed and checks["effect"].candidate > 0
     assert covers("filters.keep_group", "harness.yaml:oversample")
     assert not covers("filters.keep_group", "harness.yaml:temperature")
