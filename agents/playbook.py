@@ -136,8 +136,8 @@ def _fmt(x: float) -> str:
 # --- the interventions ---------------------------------------------------------------------------------------
 def _drop_zero_variance(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     src = files["filters.py"]
-    if marker("drop_zero_variance_groups") in src:
-        return None
+    if marker("drop_zero_variance_groups") in src or marker("dynamic_sampling") in src:
+        return None  # main's filter already drops those groups (dynamic sampling's does, with its refill)
     new = replace_function(src, "keep_group", f'''def keep_group(group: list[dict]) -> bool:
     {marker("drop_zero_variance_groups")}
     # a group whose rewards are all equal has zero GRPO advantage: it only dilutes the loss

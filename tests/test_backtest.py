@@ -199,3 +199,5 @@ def test_dynamic_sampling_is_one_variable_and_its_refill_cut_is_not_a_dropped_si
     dropped = find("math", "drop_zero_variance_groups").edit(files, read_knobs(repo.path), {})
     only = find("math", "dynamic_sampling").edit({**files, **dropped}, read_knobs(repo.path), {})
     assert sorted(only) == ["harness.yaml"]
+    # and on a main that has dynamic sampling, dropping those groups again is nothing to propose
+    assert find("math", "drop_zero_variance_groups").edit({**files, **edits}, read_knobs(repo.path), {}) is None
