@@ -134,17 +134,29 @@ def _fmt(x: float) -> str:
 
 
 # --- the interventions ---------------------------------------------------------------------------------------
-def _drop_zero_variance(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
-    src = files["filters.py"]
-    if marker("drop_zero_variance_groups") in src or marker("dynamic_sampling") in src:
-        return None  # main's filter already drops those groups (dynamic sampling's does, with its refill)
-    new = replace_function(src, "keep_group", f'''def keep_group(group: list[dict]) -> bool:
-    {marker("drop_zero_variance_groups")}
-    # a group whose rewards are all equal has zero GRPO advantage: it only dilutes the loss
-    rewards = [r["reward"] for r in group]
+def _drops_flat_groups(src: str) -> bool:
+    """Whether filters.py's keep_group is already one of the playbook's: it drops groups without reward spread."""
+    return marker("drop_zero_variance_groups") in src or marker("dynamic_sampling") in src
+
+
+def _spread_filter(src: str, intervention: str, *why: str) -> str:
+    """filters.py with keep_group dropping groups whose rewards are all equal, marked as ``intervention`` and
+    explained by the comment lines ``why``."""
+    comments = "".join(f"    # {line}\n" for line in why)
+    return replace_function(src, "keep_group", f'''def keep_group(group: list[dict]) -> bool:
+    {marker(intervention)}
+{comments}    rewards = [r["reward"] for r in group]
     return max(rewards) - min(rewards) > 1e-6
 ''')
-    return {"filters.py": new}
+
+
+def _drop_zero_variance(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    src = files["filters.py"]
+    if _drops_flat_groups(src):
+        return None  # main's filter already drops those groups (dynamic sampling's does, with its refill)
+    return {"filters.py": _spread_filter(src, "drop_zero_variance_groups",
+                                         "a group whose rewards are all equal has zero GRPO advantage: it only "
+                                         "dilutes the loss")}
 
 
 def _dynamic_sampling(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
@@ -154,15 +166,11 @@ def _dynamic_sampling(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     if knobs.oversample > 1:
         return None
     out = {"harness.yaml": set_yaml_scalar(files["harness.yaml"], "oversample", "2")}
-    src = files["filters.py"]
-    if marker("drop_zero_variance_groups") not in src and marker("dynamic_sampling") not in src:
-        out["filters.py"] = replace_function(src, "keep_group", f'''def keep_group(group: list[dict]) -> bool:
-    {marker("dynamic_sampling")}
-    # a group whose rewards are all equal has zero GRPO advantage; with harness.yaml's oversample: 2 the trainer
-    # refills the batch with groups that carry signal
-    rewards = [r["reward"] for r in group]
-    return max(rewards) - min(rewards) > 1e-6
-''')
+    if not _drops_flat_groups(files["filters.py"]):
+        out["filters.py"] = _spread_filter(
+            files["filters.py"], "dynamic_sampling",
+            "a group whose rewards are all equal has zero GRPO advantage; with harness.yaml's oversample: 2 the "
+            "trainer", "refills the batch with groups that carry signal")
     return out
 
 
