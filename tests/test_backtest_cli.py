@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from evotrainer import config as C
 from evotrainer.cli import app
 from evotrainer.rundir import RunDir
 from tests.backtest_world import HACK_REWARDS, NUMERIC_REWARDS, make_run
@@ -153,3 +154,13 @@ def test_when_it_cannot_run_it_exits_2_with_one_line(run: RunDir, tmp_path: Path
 def test_a_folder_that_is_no_run_exits_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["backtest", str(tmp_path), "main"])
     assert result.exit_code == 2 and "not a run directory" in result.output and "\n" not in result.output.strip()
+
+
+def test_the_replay_takes_at_most_replay_batches_batches(run: RunDir, tmp_path: Path) -> None:
+    """``evotrainer backtest`` replays on the same bounded rows as the loop: whole batches, at most
+    ``backtest.replay_batches`` of them (the world's phase has 10 batches of 4 groups of 4)."""
+    rd = _copy(run, tmp_path)
+    rd.save_config(C.apply_overrides(rd.load_config(), ["backtest.replay_batches=4"]))
+    result = CliRunner().invoke(app, ["backtest", str(rd.root), "by-hand", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "judged on 64 rollouts of phase(s) 1" in json.loads(result.stdout)["reason"]
