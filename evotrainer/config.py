@@ -172,6 +172,11 @@ class EvolutionConfig(_Section):
         3, ge=0, description="phases in a row with nothing promoted after which the Engineer must change layer or "
         "propose a subtraction, and main rolls back to its last known-good version when accuracy fell (0 = never)"
     )
+    final_round: bool = Field(
+        False, description="run the evolution round after the last phase too. Off (default): the run ends once its "
+        "last phase is trained, scored and its last promotion's effect measured, since no phase is left to train "
+        "on what that round would promote; `evotrainer run RUN --phases N` runs the waiting round first"
+    )
 
 
 class BacktestConfig(_Section):

@@ -153,6 +153,8 @@ class Promotion(_Model):
     backtest: list[str] = Field(default_factory=list, description="the backtest's reasons")
     reverted_sha: str = Field("", description="the commit on main that rolled the edit back, if its realized "
                               "effect was a loss beyond the margin")
+    effect: str = Field("", description="its realized effect in one line, once measured (on the first phase "
+                        "trained on it; measured once)")
 
 
 class Skill(_Model):

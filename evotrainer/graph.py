@@ -2,9 +2,10 @@
 SQLite (``RUN_DIR/state.sqlite``) or, with ``state.url``, to a shared Postgres (one thread per run).
 
     train -> diagnose -> critique -> engineer -> backtest -> promote -> librarian -> (stop | train)
-                 ^           |                       |              |
-                 +-- more evidence (bounded)         |              +-- the gate's --revise: back to engineer
-                                                     +-- all rejected: back to engineer (bounded)
+      |          ^           |                       |              |          ^
+      |          +-- more evidence (bounded)         |              +-- the gate's --revise: back to engineer
+      |                                              +-- all rejected: back to engineer (bounded)
+      +-- the last phase: straight to the librarian (its round waits for a raised budget, which starts there)
 
 A killed run resumes at the step it was in (``invoke(None, thread(rd, cfg))``); every step is safe to re-run.
 """
@@ -27,15 +28,14 @@ from evotrainer.loop.state import RunState, serializer
 THREAD = {"configurable": {"thread_id": "run"}, "recursion_limit": 100_000}  # a run's own SQLite file: one thread
 STEPS = {"train": train, "diagnose": diagnose, "critique": critique, "engineer": engineer, "backtest": backtest,
          "promote": promote, "librarian": librarian, "keep_discard": keep_discard}
-AFTER_TRAIN = {"evolve": "diagnose", "static": "librarian", "keep_discard": "keep_discard"}  # evolution.mode
 
 
 def build_graph(rt: Runtime, checkpointer):
     g = StateGraph(RunState)
     for name, module in STEPS.items():
         g.add_node(name, partial(_logged, rt, name, module.step))
-    g.add_edge(START, "train")
-    g.add_edge("train", AFTER_TRAIN[rt.cfg.evolution.mode])
+    g.add_conditional_edges(START, train.start, ["train", "diagnose"])
+    g.add_conditional_edges("train", partial(train.after, rt), ["diagnose", "librarian", "keep_discard"])
     g.add_edge("keep_discard", "librarian")
     g.add_edge("diagnose", "critique")
     g.add_conditional_edges("critique", critique.route, ["diagnose", "engineer", "librarian"])

@@ -64,6 +64,26 @@ def test_librarian_routes_on_the_budget():
     assert librarian.route(3, RunState(phase=4)) == END  # a budget lowered below the phase reached stops
 
 
+def test_the_last_phase_goes_straight_to_the_librarian_and_a_raised_budget_runs_its_round_first():
+    from types import SimpleNamespace
+
+    from evotrainer import config as C
+    from evotrainer.loop import train
+
+    def rt(phases: int, mode: str = "evolve", final_round: bool = False):
+        return SimpleNamespace(cfg=C.apply_overrides(C.parse({}), [f"phases={phases}", f"evolution.mode={mode}",
+                                                                   f"evolution.final_round={final_round}"]))
+
+    assert train.after(rt(3), RunState(phase=2, round_due=True)) == "diagnose"
+    assert train.after(rt(3), RunState(phase=3, round_due=True)) == "librarian"  # nothing would train on it
+    assert train.after(rt(3, final_round=True), RunState(phase=3)) == "diagnose"
+    assert train.after(rt(3, "static"), RunState(phase=2)) == "librarian"
+    assert train.after(rt(3, "keep_discard"), RunState(phase=3)) == "keep_discard"
+    assert train.start(RunState(phase=3, round_due=True)) == "diagnose"  # `evotrainer run --phases 4`
+    assert train.start(RunState(phase=3)) == "train"
+    assert train.start(RunState()) == "train"
+
+
 def test_promotion_policy_takes_the_largest_margin_and_never_two_edits_to_one_file():
     cands = {"c1": _cand("c1", ["filters.py"]), "c2": _cand("c2", ["rewards.py", "harness.yaml"]),
              "c3": _cand("c3", ["harness.yaml"]), "c4": _cand("c4", ["prompt.py"])}

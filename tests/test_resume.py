@@ -90,6 +90,26 @@ def test_kill_mid_phase_and_mid_evolution_then_resume(tmp_path: Path, cli_env):
 
 
 @pytest.mark.slow
+def test_the_last_phase_ends_the_run_and_a_raised_budget_runs_its_waiting_round_first(tmp_path: Path, cli_env):
+    """By default (``evolution.final_round`` off) nothing evolves after the last phase: no phase would train on it.
+    `evotrainer run --phases 2` then runs phase 1's round before phase 2 trains, and phase 2 again ends the run."""
+    run_dir = tmp_path / "run"
+    cli(init_args(run_dir, phases=1, extra=["evolution.final_round=false"]), cli_env)
+    cli(["run", str(run_dir)], cli_env)
+    nodes = [(e["node"], e["phase"]) for e in events(run_dir) if e["kind"] == "node"]
+    assert nodes == [("train", 1), ("librarian", 1)], nodes
+    assert json.loads(cli(["status", str(run_dir), "--json"], cli_env).stdout)["state"] == "done"
+
+    cli(["run", str(run_dir), "--phases", "2"], cli_env)
+    nodes = [(e["node"], e["phase"]) for e in events(run_dir) if e["kind"] == "node"]
+    assert nodes[2:4] == [("diagnose", 1), ("critique", 1)], nodes  # the waiting round, first
+    assert nodes.index(("train", 2)) > max(i for i, n in enumerate(nodes) if n[1] == 1), nodes
+    assert nodes[-2:] == [("train", 2), ("librarian", 2)], nodes  # and the new last phase ends the run
+    status = json.loads(cli(["status", str(run_dir), "--json"], cli_env).stdout)
+    assert status["state"] == "done" and status["phase"] == 2, status
+
+
+@pytest.mark.slow
 def test_a_trainer_service_killed_mid_phase_is_restarted_and_the_run_finishes(tmp_path: Path, cli_env):
     run_dir = tmp_path / "run"
     cli(init_args(run_dir, phases=2), cli_env)

@@ -48,4 +48,4 @@ def step(rt: Runtime, state: RunState) -> dict:
     rt.emit("node_end", node="diagnose", phase=state.phase, phases_in_view=ev.phases_in_view,
             diagnoses=[d.model_dump(mode="json") for d in diagnoses], agent="diagnostician",
             model=rt.cfg.agents.role("diagnostician").model, seconds=round(time.time() - t0, 2))
-    return {"diagnoses": diagnoses}
+    return {"diagnoses": diagnoses, "round_due": False}

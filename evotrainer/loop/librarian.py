@@ -126,9 +126,10 @@ def step(rt: Runtime, state: RunState) -> dict:
     effects = []
     promotions = list(state.promotions)
     for i, promo in enumerate(promotions):
-        if promo.phase != state.phase - 1 or rt.cfg.evolution.mode != "evolve":  # baselines measure no effects
-            continue
+        if promo.phase != state.phase - 1 or promo.effect or rt.cfg.evolution.mode != "evolve":
+            continue  # baselines measure no effects; a phase's waiting round passes here twice, measures once
         effect = realized_effect(rt.evidence, promo, list(state.results), counterfactual(rt, promo))
+        promotions[i] = promo = promo.model_copy(update={"effect": effect["summary"]})
         if effect["lost"] and not promo.reverted_sha:
             promotions[i] = promo = promo.model_copy(update={"reverted_sha": rollback(rt, promo, effect)})
             rt.emit("rolled_back", phase=state.phase, branch=promo.branch, main_sha=promo.reverted_sha,

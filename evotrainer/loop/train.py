@@ -4,6 +4,10 @@ Tags main as ``phase-N`` (the harness that trained phase N), sends the phase req
 checkpoint, or the base policy), waits with a progress bar, and records the PhaseResult. A new phase starts with
 an empty per-phase state (diagnoses, candidates, reports) and frees the evidence of phases no longer in view.
 Safe to re-run after a kill: the service never trains a published phase twice.
+
+Routers: ``after`` sends the run on to the phase's evolution round, or, after the last phase (unless
+``evolution.final_round``), straight to the Librarian: nothing would train on what that round promotes. The round
+then waits (``round_due``), and ``start`` runs it first when ``evotrainer run --phases N`` raises the budget.
 """
 
 from __future__ import annotations
@@ -35,4 +39,18 @@ def step(rt: Runtime, state: RunState) -> dict:
     keep = max(rt.cfg.backtest.retained_phases, rt.cfg.evolution.max_evidence_rounds + 1)
     rt.evidence.forget_before(phase - keep + 1)
     return {"phase": phase, "results": [*state.results, result], "diagnoses": [], "evidence_round": 0,
-            "engineer_round": 0, "candidates": [], "round_branches": [], "reports": [], "held": {}}
+            "engineer_round": 0, "candidates": [], "round_branches": [], "reports": [], "held": {},
+            "round_due": rt.cfg.evolution.mode == "evolve"}
+
+
+def after(rt: Runtime, state: RunState) -> str:
+    """The next step after training: the evolution round when a later phase will train on it, else the Librarian."""
+    mode = rt.cfg.evolution.mode
+    if mode == "evolve" and state.phase >= rt.cfg.phases and not rt.cfg.evolution.final_round:
+        return "librarian"
+    return {"evolve": "diagnose", "static": "librarian", "keep_discard": "keep_discard"}[mode]
+
+
+def start(state: RunState) -> str:
+    """Where a run (or a raised budget) starts: the round the last phase left waiting, else the next phase."""
+    return "diagnose" if state.round_due else "train"
