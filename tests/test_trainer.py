@@ -305,6 +305,20 @@ def test_replay_reproduces_what_training_logged(run_dir: RunDir, scale: str):
     assert all(len(v) == 8 and sum(v) <= 4 for v in per_step.values())  # 2 x 4 prompts generated, <= 4 train
 
 
+def test_a_counterfactual_meets_the_phase_s_tasks_and_a_later_replicate_others():
+    from evotrainer.config import SandboxConfig
+    from evotrainer.trainer.grpo import task_seed
+    from evotrainer.trainer.wire import PhaseRequest
+
+    phase = PhaseRequest(run_dir="r", phase=3, harness_sha="a", init_checkpoint="c", steps=5, prompts_per_step=4,
+                         seed=1, sandbox=SandboxConfig(backend="process"))
+    counterfactual = phase.model_copy(update={"pilot": True, "held_out": True})
+    trial = phase.model_copy(update={"pilot": True, "probe_size": 40})
+    assert task_seed(counterfactual) == task_seed(phase)  # the old main meets what the edit met
+    seeds = [task_seed(r.model_copy(update={"replicate": i})) for r in (counterfactual, trial) for i in (0, 1, 2)]
+    assert len(set(seeds)) == 6  # every replicate, and every trial arm, draws its own
+
+
 def test_a_pilot_sees_the_same_tasks_as_main_and_publishes_nothing(run_dir: RunDir):
     """Pilots judge knob edits: main and a candidate piloted with the same request differ only by the edit."""
     from evotrainer.trainer.grpo import run_pilot

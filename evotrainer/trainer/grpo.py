@@ -264,7 +264,7 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
         if result.harness_sha == req.harness_sha:
             return result
     scratch = RunDir(req.run_dir).scratch / f"phase-{req.phase:04d}"
-    out = _train(req, progress, scratch, req.seed * 7919 + req.phase)
+    out = _train(req, progress, scratch, task_seed(req))
     if rank() != 0:  # several processes trained it: rank 0 logs, evaluates and saves
         return None
     hooks, logs, rd = out.hooks, out.logs, out.rd
@@ -308,6 +308,16 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
     return result
 
 
+def task_seed(req: PhaseRequest) -> int:
+    """The seed of a job's task draws and sampling. A phase has its own; a counterfactual phase (a pilot scored on
+    the held-out split) draws the real phase's at replicate 0, so the old main meets exactly what the edit met, and
+    another draw per replicate (training's randomness, measured); the arms of an A/B trial draw their own."""
+    own = req.seed * 7919 + req.phase
+    if not req.pilot:
+        return own
+    return own + (0 if req.held_out else 104729) + 1000 * req.replicate
+
+
 def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotResult | None:
     """A few training steps at a harness sha from a checkpoint: rollouts and a probe-split score, nothing saved.
 
@@ -322,9 +332,7 @@ def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotRe
     rd = RunDir(req.run_dir)
     name = f"phase-{req.phase:04d}-{req.harness_sha[:10]}-r{req.replicate}"
     out = rd.scratch / "pilots" / f"{name}.parquet"
-    trained = _train(req, progress, rd.scratch / f"pilot-{name}",
-                     # a counterfactual phase draws the real phase's tasks; trial arms draw their own
-                     req.seed * 7919 + req.phase + (0 if req.held_out else 104729 + 1000 * req.replicate))
+    trained = _train(req, progress, rd.scratch / f"pilot-{name}", task_seed(req))
     if rank() != 0:
         return None
     write_rollouts(trained.hooks.rollouts, out)

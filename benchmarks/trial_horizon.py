@@ -1,0 +1,72 @@
+"""Does an A/B trial's verdict hold at longer horizons? (the trial's short-horizon bias, measured)
+
+Trains main and a candidate of a finished run from the checkpoint of one of its phases, exactly as the loop's
+trial does (``PhaseRequest.make``: same seeds, tasks and batch; ``--seeds`` replicates per arm), for each of
+several budgets, and prints the gate's paired decision (``evotrainer.backtest.trial_check``) at each. An edit
+whose gain shrinks or turns negative as the budget grows is one a short trial promotes and a phase regrets.
+
+    python benchmarks/trial_horizon.py RUN_DIR REF [--phase 1] [--horizons 20,60,180] [--seeds 2] [--probe 300]
+                                       [--shift K] [--held-out]
+
+REF is a branch or commit of the run's harness repo (e.g. candidates/phase-1-2); main is the harness that trained
+``--phase`` (its tag ``phase-N``), so the comparison is the one the loop made after that phase. ``--shift K``
+shifts the candidate arm's seeds by K replicates (REF = phase-N then measures main against itself: training's
+randomness alone); ``--held-out`` scores the held-out split instead of the probe, as a phase and its counterfactual
+are scored (the realized-effect comparison at ``--horizons`` = the phase's length).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("ref", help="the candidate: a branch or commit of the run's harness repo")
+    ap.add_argument("--phase", type=int, default=1, help="the trial starts from this phase's checkpoint")
+    ap.add_argument("--horizons", default="20,60,180", help="generated batches per arm, comma-separated")
+    ap.add_argument("--seeds", type=int, default=2, help="replicates per arm")
+    ap.add_argument("--probe", type=int, default=300, help="probe tasks")
+    ap.add_argument("--shift", type=int, default=0, help="the candidate arm's seeds start this many replicates later")
+    ap.add_argument("--held-out", action="store_true", help="score the held-out split instead of the probe")
+    a = ap.parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    from evotrainer.backtest import trial_check
+    from evotrainer.harness import HarnessRepo
+    from evotrainer.rundir import RunDir
+    from evotrainer.trainer.grpo import run_pilot
+    from evotrainer.trainer.wire import PhaseRequest
+
+    rd = RunDir(a.run_dir)
+    cfg = rd.load_config()
+    base = rd.ensure_policy(log=print)
+    repo = HarnessRepo(rd.harness)
+    main_sha = repo.repo.commit(f"phase-{a.phase}").hexsha
+    cand_sha = repo.repo.commit(a.ref).hexsha
+    init = str(rd.checkpoint(a.phase))
+
+    def arm(sha: str, steps: int, shift: int = 0) -> list:
+        req = PhaseRequest.make(cfg, str(rd.root), a.phase + 1, sha, init, steps, pilot=True, base_policy=base)
+        update = {"probe_size": a.probe, "held_out": a.held_out}
+        return [run_pilot(req.model_copy(update={**update, "replicate": shift + r})).probe for r in range(a.seeds)]
+
+    print(f"{a.ref} ({cand_sha[:8]}) against main@{main_sha[:8]} from phase {a.phase}'s checkpoint; "
+          f"{cfg.training.prompts_per_step} prompts x {a.seeds} seed(s) per arm (candidate seeds shifted by "
+          f"{a.shift}), scored on {'the held-out split' if a.held_out else f'{a.probe} probe tasks'}")
+    for steps in [int(h) for h in a.horizons.split(",")]:
+        t0 = time.time()
+        check = trial_check(arm(main_sha, steps), arm(cand_sha, steps, a.shift))
+        print(f"{steps:4d} batches: {'PROMOTE' if check.passed else 'reject '}  main {check.base:.3f}  "
+              f"candidate {check.candidate:.3f}  {check.detail}  ({time.time() - t0:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
