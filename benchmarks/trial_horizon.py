@@ -63,9 +63,11 @@ def main() -> None:
           f"{a.shift}), scored on {'the held-out split' if a.held_out else f'{a.probe} probe tasks'}")
     for steps in [int(h) for h in a.horizons.split(",")]:
         t0 = time.time()
-        check = trial_check(arm(main_sha, steps), arm(cand_sha, steps, a.shift))
-        print(f"{steps:4d} batches: {'PROMOTE' if check.passed else 'reject '}  main {check.base:.3f}  "
-              f"candidate {check.candidate:.3f}  {check.detail}  ({time.time() - t0:.0f} s)", flush=True)
+        mains, cands = arm(main_sha, steps), arm(cand_sha, steps, a.shift)
+        check = trial_check(mains, cands)
+        each = " / ".join(f"{r.accuracy:.3f}" for r in mains), " / ".join(f"{r.accuracy:.3f}" for r in cands)
+        print(f"{steps:4d} batches: {'PROMOTE' if check.passed else 'reject '}  main {check.base:.3f} ({each[0]})  "
+              f"candidate {check.candidate:.3f} ({each[1]})  {check.detail}  ({time.time() - t0:.0f} s)", flush=True)
 
 
 if __name__ == "__main__":

@@ -164,6 +164,12 @@ class EvolutionConfig(_Section):
         "checkpoint and seeds) and compare the two on the held-out split, paired per task: the edit's realized "
         "effect. A loss beyond the margin rolls the edit back by a new commit on main"
     )
+    counterfactual_seeds: int = Field(
+        2, ge=1, description="seeds of the realized-effect comparison. Seed 0 is the phase itself against the old "
+        "main; each further seed trains the old and the new main once more for a phase, from the same checkpoint. "
+        "With 1 the interval carries no run-to-run noise of training: two runs of one harness from one checkpoint "
+        "ended 2-3 held-out points apart at 500 steps (benchmarks/trial_horizon.py --shift --held-out)"
+    )
     max_promotions_per_phase: int = Field(
         1, ge=0, le=1, description="passing candidates merged per phase: 1, or 0 to keep the harness fixed. Each "
         "edit reaches main alone, judged against the main it merges into, so its effect stays attributable"

@@ -170,7 +170,7 @@ def test_realized_effect_is_paired_against_the_counterfactual(tmp_path, with_edi
                            wall_time_s=1.0, tokens=5) for p, ev in ((1, _eval(set(range(120)))), (2, _eval(with_edit)))]
     promo = Promotion(phase=1, branch="c1", sha="b" * 40, main_sha="c" * 40, candidate=_cand("c1", ["filters.py"]))
     cache = EvidenceCache(rd, repo=None, cfg=None)
-    effect = realized_effect(cache, promo, results, without=_eval(without))
+    effect = realized_effect(cache, promo, results, pairs=[(_eval(without), _eval(with_edit))])
     assert (effect["before"], effect["after"]) == (pytest.approx(0.5), 0.0)  # kept_dead_ratio, as promised
     assert (effect["won"], effect["lost"], effect["counterfactual"]) == (won, lost, True)
     assert effect["gain"] == pytest.approx((len(with_edit) - len(without)) / 300)
@@ -178,3 +178,27 @@ def test_realized_effect_is_paired_against_the_counterfactual(tmp_path, with_edi
     # without a counterfactual, two consecutive phases are compared unpaired: never called a loss
     fallback = realized_effect(cache, promo, results)
     assert fallback["counterfactual"] is False and fallback["lost"] is False and "unpaired" in fallback["summary"]
+
+
+def test_a_realized_effect_at_two_seeds_carries_training_s_run_to_run_noise(tmp_path):
+    """One seed: 40 tasks fewer is a loss beyond the margin. A second seed where the edit gains 40 shows that much
+    is what another run of training gives: no measurable effect, nothing rolled back."""
+    from evotrainer.contracts import Rollout
+    from evotrainer.loop.evidence import EvidenceCache
+    from evotrainer.loop.librarian import realized_effect
+    from evotrainer.rollouts import write_rollouts
+    from evotrainer.rundir import RunDir
+
+    rd = RunDir(tmp_path)
+    for p in (1, 2):
+        write_rollouts([Rollout(**r) for r in _phase_rows(p, kept_dead=p == 1)], rd.rollout_file(p))
+    fewer, more = _eval(set(range(110))), _eval(set(range(150)))
+    results = [PhaseResult(phase=p, harness_sha="a" * 40, steps=3, eval=ev, rollout_path="", checkpoint_path="",
+                           wall_time_s=1.0, tokens=5) for p, ev in ((1, _eval(set(range(120)))), (2, fewer))]
+    promo = Promotion(phase=1, branch="c1", sha="b" * 40, main_sha="c" * 40, candidate=_cand("c1", ["filters.py"]))
+    cache = EvidenceCache(rd, repo=None, cfg=None)
+    one = realized_effect(cache, promo, results, pairs=[(more, fewer)])  # (without the edit, with it)
+    two = realized_effect(cache, promo, results, pairs=[(more, fewer), (fewer, more)])
+    assert one["lost"] and one["seeds"] == 1
+    assert not two["lost"] and not two["won"] and two["seeds"] == 2 and two["gain"] == pytest.approx(0)
+    assert "2 seeds each" in two["summary"] and "no measurable effect" in two["summary"]

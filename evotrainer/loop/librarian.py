@@ -2,9 +2,10 @@
 
 Every backtest verdict of the phase becomes skill evidence; a promotion made after phase N-1 is judged on phase N,
 the first phase trained on it, against a counterfactual: the old main trained from the same checkpoint with the
-same seeds and tasks, both scored on the held-out split and compared per task (:func:`realized_effect`, stored
-as the candidate's ``effect`` git note). A skill wins only when held-out accuracy moved beyond that paired margin;
-an edit whose effect is a loss beyond it is rolled back by a new commit on main (:func:`rollback`). Then the
+same seeds and tasks (and, at further seeds, both harnesses again), scored on the held-out split and compared per
+task and seed (:func:`realized_effect`, stored as the candidate's ``effect`` git note). A skill wins only when
+held-out accuracy moved beyond that paired margin; an edit whose effect is a loss beyond it is rolled back by a
+new commit on main (:func:`rollback`). Then the
 phase summary is printed and logged. Router ``route``: stop when the phase budget (read from config each time, so
 ``evotrainer run --phases N`` holds on resume) is spent, else train the next phase.
 """
@@ -30,32 +31,45 @@ from evotrainer.scoring import trained
 from evotrainer.trainer.client import TrainerError
 
 
-def counterfactual(rt: Runtime, promo: Promotion) -> EvalResult | None:
-    """The old main (the merge's first parent) trained exactly like the phase that first trained the edit (same
-    checkpoint, seeds and tasks), scored on the held-out split; None when turned off or when it fails."""
+def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult) -> list[tuple[EvalResult, EvalResult]] | None:
+    """(without the edit, with it) held-out results, one pair per seed; None when turned off or when a run fails.
+
+    Seed 0: the old main (the merge's first parent) trained exactly like ``after``, the phase that first trained
+    the edit (same checkpoint, seeds and tasks), against that phase. Each further seed
+    (``evolution.counterfactual_seeds``) trains both harnesses again from that checkpoint with other seeds: two
+    runs of one harness from one checkpoint end a few held-out points apart, and only pairs at several seeds carry
+    that noise into the interval (:func:`evotrainer.metrics.paired_gain` resamples seeds, then tasks)."""
     if not rt.cfg.evolution.counterfactual:
         return None
-    phase = promo.phase + 1
+    phase, steps = promo.phase + 1, rt.cfg.training.steps_per_phase
     old_main = rt.repo.repo.commit(promo.main_sha).parents[0].hexsha
-    req = rt.request(phase, old_main, rt.cfg.training.steps_per_phase, pilot=True)
+    seeds = rt.cfg.evolution.counterfactual_seeds
+    runs = [(old_main, 0)] + [(sha, r) for r in range(1, seeds) for sha in (old_main, after.harness_sha)]
+    req = rt.request(phase, old_main, steps, pilot=True).model_copy(update={"held_out": True})
+    scored = {}
     try:
-        with rt.reporter.progress(f"phase {phase}: counterfactual (main before {promo.branch})",
-                                  rt.cfg.training.steps_per_phase) as bar:
-            return rt.trainer.run_pilot(req.model_copy(update={"held_out": True}), on_progress=bar,
-                                        timeout_s=rt.cfg.trainer.phase_timeout_s).probe
+        for i, (sha, replicate) in enumerate(runs):
+            which = "main before" if sha == old_main else "main with"
+            with rt.reporter.progress(f"phase {phase}: counterfactual {i + 1}/{len(runs)} ({which} {promo.branch}, "
+                                      f"seed {replicate})", steps) as bar:
+                scored[sha, replicate] = rt.trainer.run_pilot(
+                    req.model_copy(update={"harness_sha": sha, "replicate": replicate}), on_progress=bar,
+                    timeout_s=rt.cfg.trainer.phase_timeout_s).probe
     except TrainerError as err:
         rt.emit("counterfactual_error", phase=phase, branch=promo.branch, error=str(err))
         return None
+    return [(scored[old_main, 0], after.eval)] + [(scored[old_main, r], scored[after.harness_sha, r])
+                                                  for r in range(1, seeds)]
 
 
 def realized_effect(evidence: EvidenceCache, promo: Promotion, results: list[PhaseResult],
-                    without: EvalResult | None = None) -> dict:
+                    pairs: list[tuple[EvalResult, EvalResult]] | None = None) -> dict:
     """How the promoted edit did in the phase it first trained: the targeted metric, and held-out accuracy.
 
-    With ``without`` (the counterfactual: old main trained from the same checkpoint with the same seeds), the
-    accuracy effect is the paired difference on the same held-out tasks; the edit ``won`` when its interval is above
-    zero and ``lost`` when below. Without it, the two consecutive phases are compared, unpaired, and nothing is
-    called lost.
+    With ``pairs`` (the counterfactual: (without, with) the edit, trained from the same checkpoint, one pair per
+    seed; see :func:`counterfactual`) the accuracy effect is the paired difference on the same held-out tasks,
+    its interval resampling seeds and then tasks; the edit ``won`` when the interval is above zero and ``lost``
+    when below. Without them, the two consecutive phases are compared, unpaired, and nothing is called lost.
     """
     before_phase, after_phase = promo.phase, promo.phase + 1
     before = next(r for r in results if r.phase == before_phase)
@@ -72,17 +86,19 @@ def realized_effect(evidence: EvidenceCache, promo: Promotion, results: list[Pha
     target = (f"{metric} {m0:.3f} -> {m1:.3f} ({'as promised' if moved and moved > 0 else 'not as promised'})"
               if moved is not None else f"{metric} not measurable")
     a1 = after.eval.accuracy
-    if without is not None and without.items and set(without.items) == set(after.eval.items):
-        g = paired_gain([(without.items, after.eval.items)])
+    if pairs and all(w.items and set(w.items) == set(e.items) for w, e in pairs):
+        g = paired_gain([(w.items, e.items) for w, e in pairs])
         won, lost = g["low"] > 0, g["high"] < 0
+        with_edit, without = (sum(p[i].accuracy for p in pairs) / len(pairs) for i in (1, 0))
         verdict = "win" if won else ("loss: rolled back" if lost else "no measurable effect")
-        summary = (f"{target}; held-out accuracy {a1:.1%} with the edit vs {without.accuracy:.1%} without it (same "
-                   f"checkpoint and seeds): {g['diff']:+.1%} (95% CI {g['low']:+.1%} to {g['high']:+.1%}, paired on "
-                   f"{g['n']} tasks); {verdict}")
+        runs = "same checkpoint and seeds" if len(pairs) == 1 else f"{len(pairs)} seeds each, same checkpoint"
+        summary = (f"{target}; held-out accuracy {with_edit:.1%} with the edit vs {without:.1%} without it ({runs}):"
+                   f" {g['diff']:+.1%} (95% CI {g['low']:+.1%} to {g['high']:+.1%}, paired on {g['n']} tasks x "
+                   f"{len(pairs)} seed(s)); {verdict}")
         return {"metric": metric, "before": m0, "after": m1, "accuracy_before": before.eval.accuracy,
-                "accuracy_after": a1, "accuracy_without": without.accuracy, "gain": g["diff"], "low": g["low"],
-                "high": g["high"], "accuracy_margin": g["diff"] - g["low"], "won": won, "lost": lost,
-                "counterfactual": True, "summary": summary, "measured_in_phase": after_phase}
+                "accuracy_after": a1, "accuracy_with": with_edit, "accuracy_without": without, "seeds": len(pairs),
+                "gain": g["diff"], "low": g["low"], "high": g["high"], "accuracy_margin": g["diff"] - g["low"],
+                "won": won, "lost": lost, "counterfactual": True, "summary": summary, "measured_in_phase": after_phase}
     a0 = before.eval.accuracy
     se = math.sqrt(a0 * (1 - a0) / max(before.eval.n, 1) + a1 * (1 - a1) / max(after.eval.n, 1))
     won = bool(moved is not None and moved > 0 and a1 - a0 > 1.96 * se)
@@ -128,7 +144,8 @@ def step(rt: Runtime, state: RunState) -> dict:
     for i, promo in enumerate(promotions):
         if promo.phase != state.phase - 1 or promo.effect or rt.cfg.evolution.mode != "evolve":
             continue  # baselines measure no effects; a phase's waiting round passes here twice, measures once
-        effect = realized_effect(rt.evidence, promo, list(state.results), counterfactual(rt, promo))
+        after = next(r for r in state.results if r.phase == promo.phase + 1)
+        effect = realized_effect(rt.evidence, promo, list(state.results), counterfactual(rt, promo, after))
         promotions[i] = promo = promo.model_copy(update={"effect": effect["summary"]})
         if effect["lost"] and not promo.reverted_sha:
             promotions[i] = promo = promo.model_copy(update={"reverted_sha": rollback(rt, promo, effect)})
