@@ -161,8 +161,8 @@ class EvolutionConfig(_Section):
     max_evidence_rounds: int = Field(1, ge=0, description="times the Critic may send diagnoses back for evidence")
     counterfactual: bool = Field(
         True, description="after a promotion, train the old main like the phase that first trains the edit (same "
-        "checkpoint and seeds) and compare the two on the held-out split, paired per task: the edit's realized "
-        "effect. A loss beyond the margin rolls the edit back by a new commit on main"
+        "checkpoint and seeds) and compare the two on the held-out split, paired per task and seed: the edit's "
+        "realized effect. A loss beyond the margin rolls the edit back by a new commit on main"
     )
     counterfactual_seeds: int = Field(
         2, ge=1, description="seeds of the realized-effect comparison. Seed 0 is the phase itself against the old "

@@ -5,9 +5,9 @@ the first phase trained on it, against a counterfactual: the old main trained fr
 same seeds and tasks (and, at further seeds, both harnesses again), scored on the held-out split and compared per
 task and seed (:func:`realized_effect`, stored as the candidate's ``effect`` git note). A skill wins only when
 held-out accuracy moved beyond that paired margin; an edit whose effect is a loss beyond it is rolled back by a
-new commit on main (:func:`rollback`). Then the
-phase summary is printed and logged. Router ``route``: stop when the phase budget (read from config each time, so
-``evotrainer run --phases N`` holds on resume) is spent, else train the next phase.
+new commit on main (:func:`rollback`). Then the phase summary is printed and logged. Router ``route``: stop when
+the phase budget (read from config each time, so ``evotrainer run --phases N`` holds on resume) is spent, else
+train the next phase.
 """
 
 from __future__ import annotations
