@@ -41,7 +41,7 @@ def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult) -> list[tu
     that noise into the interval (:func:`evotrainer.metrics.paired_gain` resamples seeds, then tasks)."""
     if not rt.cfg.evolution.counterfactual:
         return None
-    phase, steps = promo.phase + 1, rt.cfg.training.steps_per_phase
+    phase, steps = after.phase, rt.cfg.training.steps_per_phase
     old_main = rt.repo.repo.commit(promo.main_sha).parents[0].hexsha
     seeds = rt.cfg.evolution.counterfactual_seeds
     runs = [(old_main, 0)] + [(sha, r) for r in range(1, seeds) for sha in (old_main, after.harness_sha)]
