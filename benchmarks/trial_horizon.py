@@ -1,4 +1,4 @@
-"""Does an A/B trial's verdict hold at longer horizons? (the trial's short-horizon bias, measured)
+"""Does an A/B trial's verdict hold at longer horizons? (a check for short-horizon bias)
 
 Trains main and a candidate of a finished run from the checkpoint of one of its phases, exactly as the loop's
 trial does (``PhaseRequest.make``: same seeds, tasks and batch; ``--seeds`` replicates per arm), for each of
