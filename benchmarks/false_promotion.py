@@ -10,8 +10,10 @@ checkpoint, scored on the probe split:
                    update, cannot carry information about correctness
 
 Trials differ by phase number, so each one draws other tasks and seeds. Prints each trial and the rate.
+``--first K`` starts at trial K + 1, so more trials on the same run directory add new draws to the ones made.
 
-    python benchmarks/false_promotion.py [--trials 20] [--steps 20] [--seeds 2] [--probe 300] [--null seeds]
+    python benchmarks/false_promotion.py [--trials 20] [--first 0] [--steps 20] [--seeds 2] [--probe 300]
+        [--null seeds] [--run-dir DIR]
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ COMPONENTS = {"correct": correct, "tie_break": tie_break}
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--first", type=int, default=0, help="trials already made (new trials start after them)")
     ap.add_argument("--steps", type=int, default=20, help="generated batches per trial arm")
     ap.add_argument("--seeds", type=int, default=2, help="replicates per arm")
     ap.add_argument("--probe", type=int, default=300, help="probe tasks")
@@ -78,7 +81,7 @@ def main() -> None:
 
     promoted = 0
     t0 = time.time()
-    for t in range(a.trials):
+    for t in range(a.first, a.first + a.trials):
         phase = 100 + t
         check = trial_check(arm(main_sha, phase, 0), arm(cand_sha, phase, shift))
         promoted += check.passed

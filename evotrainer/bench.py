@@ -1,6 +1,8 @@
 """``evotrainer bench``: does evolving the harness pay? Four arms, same data, model, evaluator and training budget.
 
     static        the seed harness, never edited                         (evolution.mode: static)
+    static_rerun  static trained again with other training randomness   (training.rerun: 1): no effect by
+                  construction, so its interval shows what "no difference" looks like at this bench's size
     reference     a fixed expert harness (harness_repo/math_reference)   (evolution.mode: static)
     keep_discard  the scalar loop: next playbook edit, kept if held-out accuracy rose, else reverted
     evotrainer    the full system: diagnose, critique, engineer, backtest with A/B trials, promote, realized effect
@@ -12,7 +14,7 @@ seed (a two-level bootstrap: seeds, then items). Each arm-seed is an ordinary ru
 ``BENCH/bench.md``. ``--tasks FILE`` applies a YAML of config overrides (e.g. ``tasks: {mix: {"1": 1, "4": 3}}``) to
 every arm, so the same bench runs on other task mixes.
 
-    evotrainer bench runs/bench [--arms static,evotrainer] [--seeds 0,1,2] [--phases 3] [--tasks mix.yaml]
+    evotrainer bench runs/bench [--arms static,static_rerun,evotrainer] [--seeds 0,1,2] [--phases 3] [--tasks mix.yaml]
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from evotrainer.rundir import RunDir
 
 ARMS = {
     "static": ["evolution.mode=static"],
+    "static_rerun": ["evolution.mode=static", "training.rerun=1"],
     "reference": ["evolution.mode=static", "harness=math_reference"],
     "keep_discard": ["evolution.mode=keep_discard"],
     "evotrainer": ["evolution.mode=evolve"],
@@ -138,6 +141,9 @@ def markdown(summary: dict) -> str:
     lines += ["", f"Runs' wall time {total:.0f} s in all (building the starting policy excluded); outside training = "
               "agents, backtests, trials, counterfactuals, evaluation and orchestration. Paired per held-out task and "
               "per seed (all arms of a seed are scored on the same tasks); the interval bootstraps seeds, then tasks."]
+    if "static_rerun" in summary["arms"]:
+        lines += ["", "static_rerun is static trained again with other training randomness: any difference it shows "
+                  "is training noise, so an arm's gain means little unless it clears static_rerun's."]
     return "\n".join(lines) + "\n"
 
 

@@ -276,12 +276,14 @@ def report(run_dir: Path, out: Optional[Path] = typer.Option(None, help="where t
 
 @app.command()
 def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one run directory per arm and seed)"),
-          arms: str = typer.Option("static,reference,keep_discard,evotrainer", help="comma-separated arms"),
+          arms: str = typer.Option("static,static_rerun,reference,keep_discard,evotrainer",
+                                   help="comma-separated arms"),
           seeds: str = typer.Option("0,1,2", help="comma-separated seeds"),
           phases: int = typer.Option(3, help="training phases of every arm"),
           tasks: Optional[Path] = typer.Option(None, help="YAML of config overrides for every arm (a task mix)"),
           set_: list[str] = typer.Option([], "--set", help="override a config key in every arm")):
-    """Does evolving the harness pay? Static, reference, keep/discard and EvoTrainer arms on equal budgets."""
+    """Does evolving the harness pay? Static, reference, keep/discard and EvoTrainer arms on equal budgets, beside
+    static trained again with other training randomness (static_rerun: what no effect looks like)."""
     from evotrainer.bench import load_tasks, run_bench
 
     try:

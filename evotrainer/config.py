@@ -94,6 +94,11 @@ class TrainingConfig(_Section):
         "sampled pass@1, k completions per task at temperature 1 (item score = share correct)"
     )
     train_pool_size: int = Field(6000, ge=100, description="training tasks generated at init")
+    rerun: int = Field(
+        0, ge=0, description="training's randomness: another value draws other tasks and sampling seeds in every "
+        "phase, trial and counterfactual, while the starting policy, training pool and held-out split still follow "
+        "`seed` (the same configuration trained again: `evotrainer bench`'s static_rerun arm uses 1)"
+    )
     threads: int = Field(0, ge=0, description="torch CPU threads for the trainer (0 = all cores)")
     report_to: list[Literal["tensorboard", "wandb", "trackio"]] = Field(
         default_factory=list, description="dashboards TRL sends each phase's training metrics to, tagged with the run, "

@@ -32,7 +32,9 @@ def test_each_arm_is_compared_with_static_paired_per_task_and_seed():
     assert arms["keep_discard"]["vs_static"] == {"diff": 0.0, "low": 0.0, "high": 0.0, "n": 200}
     assert arms["evotrainer"]["outside_training"] == pytest.approx(0.4) and "vs_static" not in arms["static"]
     table = markdown({"arms": arms, "seeds": [0, 1, 2], "phases": 3, "wall_s": 1.0})
-    assert "| evotrainer | " in table and "+15.0% (" in table
+    assert "| evotrainer | " in table and "+15.0% (" in table and "static_rerun" not in table
+    arms["static_rerun"] = arms["keep_discard"]
+    assert "static_rerun is static trained again" in markdown({"arms": arms, "seeds": [0], "phases": 3, "wall_s": 1})
 
 
 @pytest.mark.slow
@@ -42,13 +44,14 @@ def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_pa
     from evotrainer.bench import run_bench
     from evotrainer.console import Reporter
     from evotrainer.history import phase_results
+    from evotrainer.rollouts import read_rollouts
     from evotrainer.rundir import RunDir
     from tests.conftest import FAST
 
     monkeypatch.setenv("EVOTRAINER_CACHE", str(policy_cache))
-    summary = run_bench(tmp_path / "bench", ["static", "reference", "keep_discard", "evotrainer"], [0], 2,
-                        overrides=FAST, reporter=Reporter(quiet=True))
-    assert set(summary["arms"]) == {"static", "reference", "keep_discard", "evotrainer"}
+    arms = ["static", "static_rerun", "reference", "keep_discard", "evotrainer"]
+    summary = run_bench(tmp_path / "bench", arms, [0], 2, overrides=FAST, reporter=Reporter(quiet=True))
+    assert set(summary["arms"]) == set(arms)
     data = json.loads((tmp_path / "bench" / "bench.json").read_text())
     assert data["arms"]["evotrainer"]["vs_static"]["n"] == 40 and (tmp_path / "bench" / "bench.md").is_file()
     # the last arm's report (written after each of its phases) draws every arm of its seed on one chart
@@ -59,10 +62,16 @@ def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_pa
         rd = RunDir(tmp_path / "bench" / f"{arm}-seed0")
         steps[arm] = sum(r.steps for r in phase_results(rd))
         history = list(git.Repo(rd.harness).iter_commits("main"))
-        if arm in ("static", "reference"):
+        if arm in ("static", "static_rerun", "reference"):
             assert len(history) == 1, arm  # never edited
         if arm == "keep_discard":
             assert any(c.message.startswith("Try candidates/phase-1-kd") for c in history)
         if arm == "reference":
             assert "oversample: 2" in (rd.harness / "harness.yaml").read_text()
     assert len(set(steps.values())) == 1  # the same training budget in every arm
+    # the rerun trains the same harness on other draws, and is scored on the same held-out tasks as static
+    static, rerun = (RunDir(tmp_path / "bench" / f"{arm}-seed0") for arm in ("static", "static_rerun"))
+    prompts = [{r["task_id"] for r in read_rollouts(rd.rollout_file(1))} for rd in (static, rerun)]
+    assert prompts[0] != prompts[1] and static.eval_tasks() == rerun.eval_tasks()
+    assert static.baseline().items == rerun.baseline().items  # one starting policy
+    assert "static_rerun is static trained again" in (tmp_path / "bench" / "bench.md").read_text()

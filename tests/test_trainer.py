@@ -319,6 +319,25 @@ def test_a_counterfactual_meets_the_phase_s_tasks_and_a_later_replicate_others()
     assert len(set(seeds)) == 6  # every replicate, and every trial arm, draws its own
 
 
+def test_a_rerun_draws_other_tasks_and_seeds_in_every_job_and_only_there():
+    from evotrainer import config as C
+    from evotrainer.trainer.grpo import sampling_seed, task_seed
+    from evotrainer.trainer.wire import PhaseRequest
+
+    cfg = C.apply_overrides(C.parse({}), ["seed=1", "training.rerun=1"])
+    phase = PhaseRequest.make(cfg, "r", 3, "a", "c", 5)
+    assert phase.rerun == 1 and phase.seed == 1  # the run's seed (policy, pool, held-out split) is unchanged
+    jobs = [phase, phase.model_copy(update={"pilot": True, "held_out": True}),
+            phase.model_copy(update={"pilot": True, "probe_size": 40, "replicate": 1})]
+    for rule in (task_seed, sampling_seed):
+        first = {rule(j.model_copy(update={"rerun": 0})) for j in jobs for p in range(1, 50)
+                 for j in [j.model_copy(update={"phase": p})]}
+        again = {rule(j.model_copy(update={"phase": p})) for j in jobs for p in range(1, 50)}
+        assert not first & again, rule.__name__  # no job of the rerun repeats any job of the first run
+        assert 0 <= rule(jobs[2]) < 2 ** 32  # numpy's seed range
+    assert task_seed(jobs[1]) == task_seed(phase)  # a rerun's counterfactual still meets its phase's tasks
+
+
 def test_a_pilot_sees_the_same_tasks_as_main_and_publishes_nothing(run_dir: RunDir):
     """Pilots judge knob edits: main and a candidate piloted with the same request differ only by the edit."""
     from evotrainer.trainer.grpo import run_pilot

@@ -131,7 +131,7 @@ def grpo_config(req: PhaseRequest, knobs: Knobs, device: str, output_dir: Path) 
         save_strategy="no",
         **trl_args(req),  # dashboards (training.report_to): report_to, run_name, project
         **grpo_args(req.generation, req.vllm_gpu_memory_utilization, device),  # hf or vLLM (colocate)
-        seed=req.seed + req.phase + 1000 * req.replicate,
+        seed=sampling_seed(req),
         bf16=device == "cuda" and req.dtype != "float32",
         use_cpu=device == "cpu",
         disable_tqdm=True,
@@ -308,14 +308,23 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
     return result
 
 
+RERUN_STRIDE = 10_000_019  # training.rerun shifts every seed by this much: beyond any phase, replicate or run seed
+
+
 def task_seed(req: PhaseRequest) -> int:
     """The seed of a job's task draws and sampling. A phase has its own; a counterfactual phase (a pilot scored on
     the held-out split) draws the real phase's at replicate 0, so the old main meets exactly what the edit met, and
-    another draw per replicate (training's randomness, measured); the arms of an A/B trial draw their own."""
-    own = req.seed * 7919 + req.phase
+    another draw per replicate (training's randomness, measured); the arms of an A/B trial draw their own. A rerun
+    (``training.rerun``) shifts them all."""
+    own = req.seed * 7919 + req.phase + RERUN_STRIDE * req.rerun
     if not req.pilot:
         return own
     return own + (0 if req.held_out else 104729) + 1000 * req.replicate
+
+
+def sampling_seed(req: PhaseRequest) -> int:
+    """TRL's seed of a job (initialisation of its sampling and shuffling): per phase, replicate and rerun."""
+    return req.seed + req.phase + 1000 * req.replicate + RERUN_STRIDE * req.rerun
 
 
 def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotResult | None:

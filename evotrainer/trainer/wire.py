@@ -43,6 +43,7 @@ class PhaseRequest(_Wire):
     steps: int = Field(ge=1, description="GRPO optimizer steps")
     prompts_per_step: int = Field(ge=1, description="prompts per step (each gets a group of completions)")
     seed: int = Field(0, description="the run's seed")
+    rerun: int = Field(0, ge=0, description="training's randomness on top of the seed (training.rerun)")
     domain: str = Field("math", description="task domain (evaluator-owned tasks and verifier)")
     device: str = Field("auto", description="auto, cpu or cuda")
     dtype: str = Field("auto", description="auto, float32 or bfloat16")
@@ -76,7 +77,7 @@ class PhaseRequest(_Wire):
         per_phase = cfg.training.steps_per_phase
         return cls(
             run_dir=str(run_dir), phase=phase, harness_sha=harness_sha, init_checkpoint=init_checkpoint, steps=steps,
-            prompts_per_step=cfg.training.prompts_per_step, seed=cfg.seed, domain=cfg.domain,
+            prompts_per_step=cfg.training.prompts_per_step, seed=cfg.seed, rerun=cfg.training.rerun, domain=cfg.domain,
             device=cfg.policy.device, dtype=cfg.policy.dtype, lora=cfg.policy.lora, lora_rank=cfg.policy.lora_rank,
             chat=cfg.policy.chat, eval_max_new_tokens=cfg.training.eval_max_new_tokens, threads=cfg.training.threads,
             eval_samples=cfg.training.eval_samples,
