@@ -170,6 +170,35 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
         remote.evaluate(EvalRequest(run_dir=str(run_dir.root), checkpoint=base, max_new_tokens=8))
 
 
+def test_a_local_service_runs_the_run_s_own_code_from_any_directory(run_dir: RunDir, tmp_path, monkeypatch):
+    import re
+    import shutil
+
+    import evotrainer
+    from evotrainer.trainer.client import LocalService, TrainerClient, TrainerError
+    from evotrainer.trainer.wire import package_dir
+
+    # another copy of the package in a folder named evotrainer: once, started from such a working directory, the
+    # service ran that copy and refused the run's requests (a field it did not know)
+    shadow = tmp_path / "work"
+    shutil.copytree(Path(evotrainer.__file__).parent, shadow / "evotrainer",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.chdir(shadow)
+    service = LocalService(run_dir.root)
+    try:
+        client = TrainerClient(service.start(), token=service.token)
+        assert client.health()["package"] == package_dir() != str(shadow / "evotrainer")
+        client.close()
+    finally:
+        service.stop()
+    monkeypatch.setenv("PYTHONPATH", str(shadow))  # the copy first on the import path: refused, in one line
+    service = LocalService(run_dir.root)
+    with pytest.raises(TrainerError, match=re.escape(f"imported evotrainer from {shadow / 'evotrainer'}, not from "
+                                                     f"{package_dir()} like this run")):
+        service.start()
+    assert service.proc.poll() is not None and not (run_dir.root / "trainer.json").exists()
+
+
 def test_the_service_refuses_to_listen_beyond_loopback_without_a_token():
     import os
     import subprocess

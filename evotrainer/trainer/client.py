@@ -2,8 +2,12 @@
 
 :class:`TrainerClient` is a thin httpx client of the API in ``service.py``. :class:`LocalService` starts
 ``python -m evotrainer.trainer.service`` on loopback as a child of the run process (port chosen by the OS,
-output in ``RUN_DIR/trainer.log``; the run's environment without the agents' LLM keys, :func:`service_env`, plus a fresh bearer token that
-only this run's client sends; a configured ``trainer.url`` gets ``$EVOTRAINER_TRAINER_TOKEN``), records it in ``RUN_DIR/trainer.json``, and stops it on exit. The child
+output in ``RUN_DIR/trainer.log``; the run's environment without the agents' LLM keys, :func:`service_env`, plus a
+fresh bearer token that only this run's client sends; a configured ``trainer.url`` gets
+``$EVOTRAINER_TRAINER_TOKEN``), records it in ``RUN_DIR/trainer.json``, and stops it on exit. The child imports the
+run's own code: the working directory is not on its import path (``PYTHONSAFEPATH``; a folder named ``evotrainer``
+there once shadowed the installed package), and a service whose ``evotrainer`` is another copy is stopped with a
+message naming both. The child
 dies with its parent (parent-death signal + watcher), so a ``kill -9`` of the run leaves no orphan; a stale
 record from an earlier run process is cleaned up before a new service starts.
 
@@ -31,7 +35,8 @@ from typing import Any, Callable, Iterator
 import httpx
 
 from evotrainer.contracts import EvalResult, PhaseResult
-from evotrainer.trainer.wire import HEALTH_WAIT_S, TOKEN_ENV, EvalRequest, PhaseRequest, PilotResult, auth_headers
+from evotrainer.trainer.wire import (HEALTH_WAIT_S, TOKEN_ENV, EvalRequest, PhaseRequest, PilotResult, auth_headers,
+                                    package_dir)
 from sandbox import exit_reason
 
 
@@ -211,7 +216,7 @@ class LocalService:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          preexec_fn=_die_with_parent,
                                          env={**service_env({**os.environ, **(self.env or {})}),
-                                              TOKEN_ENV: self.token})
+                                              TOKEN_ENV: self.token, "PYTHONSAFEPATH": "1"})
         deadline = time.time() + self.start_timeout_s
         while not port_file.exists():
             if self.proc.poll() is not None:
@@ -227,12 +232,18 @@ class LocalService:
                           headers=auth_headers(self.token)) as probe:
             while True:
                 try:
-                    probe.get("/health").raise_for_status()
+                    health = probe.get("/health").raise_for_status().json()
                     break
                 except httpx.HTTPError:
                     if self.proc.poll() is not None or time.time() > deadline:
                         raise TrainerError(f"the trainer service at {url} is not answering") from None
                     time.sleep(0.1)
+        if health.get("package") != package_dir():
+            self.stop()
+            raise TrainerError(
+                f"the trainer service imported evotrainer from {health.get('package') or 'an older copy'}, not from "
+                f"{package_dir()} like this run: another copy shadows the installed one (a folder named evotrainer "
+                "in the working directory, or PYTHONPATH)")
         self.record.write_text(json.dumps({"url": url, "pid": self.proc.pid, "started": time.time()}))
         self.url = url
         return url

@@ -3,7 +3,7 @@
     evotrainer trainer serve [--host 127.0.0.1] [--port 8765] [--parent-pid PID] [--port-file F]
 
 API (JSON):
-    GET  /health                  {"ok", "pid", "device", "busy", "job"}
+    GET  /health                  {"ok", "pid", "device", "busy", "job", "package"} (package: where its code is)
     POST /phases                  wire.PhaseRequest -> {"job"}; idempotent for the same run, phase and harness sha;
                                   with "pilot": true, a short run scored on the probe split (an A/B trial arm)
     GET  /phases/{job}            {"state": running|done|failed, "progress", "result", "error"}
@@ -38,7 +38,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from evotrainer.trainer.parent import die_with
-from evotrainer.trainer.wire import HEALTH_WAIT_S, TOKEN_ENV, EvalRequest, PhaseRequest, auth_headers
+from evotrainer.trainer.wire import HEALTH_WAIT_S, TOKEN_ENV, EvalRequest, PhaseRequest, auth_headers, package_dir
 
 
 # The heavy imports (torch, transformers, TRL: ~20 s on a small CPU) run in a background thread at start, while
@@ -94,7 +94,7 @@ def create_app(token: str | None = None) -> FastAPI:
     @app.get("/health")
     def health() -> dict:
         return {"ok": True, "pid": os.getpid(), "device": device(), "busy": jobs.active is not None,
-                "job": jobs.active}
+                "job": jobs.active, "package": package_dir()}
 
     @app.post("/phases")
     def start_phase(req: PhaseRequest) -> dict:

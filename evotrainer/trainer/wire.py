@@ -26,6 +26,16 @@ HEALTH_WAIT_S = 20  # GET /health waits this long for the service's heavy import
 TOKEN_ENV = "EVOTRAINER_TRAINER_TOKEN"
 
 
+def package_dir() -> str:
+    """Where this process imported evotrainer from: a local service must run the code of the run that started it
+    (``GET /health`` reports it, and the client compares it with its own)."""
+    from pathlib import Path
+
+    import evotrainer
+
+    return str(Path(evotrainer.__file__).resolve().parent)
+
+
 def auth_headers(token: str | None) -> dict[str, str]:
     """The request headers that carry ``token`` (none without one)."""
     return {"Authorization": f"Bearer {token}"} if token else {}
