@@ -112,7 +112,8 @@ def accuracy(rows: list[dict], phases: list[dict]) -> str:
         return _svg(fig, "accuracy")
 
 
-ARM_COLORS = {"static": "#757575", "reference": "#ef6c00", "keep_discard": "#6a1b9a", "evotrainer": "#1565c0"}
+ARM_COLORS = {"static": "#757575", "static_rerun": "#bdbdbd", "reference": "#ef6c00", "keep_discard": "#6a1b9a",
+              "evotrainer": "#1565c0"}
 
 
 def bench(data: dict) -> str:
