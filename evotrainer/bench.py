@@ -65,6 +65,28 @@ def _config(arm: str, seed: int, phases: int, tasks: dict | None, overrides: lis
     return config_mod.apply_overrides(cfg, [f"seed={seed}", f"phases={phases}", *overrides, *ARMS[arm]])
 
 
+def _dotted(data: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def check_same_settings(rd: RunDir, expected: config_mod.Config) -> None:
+    """A run already in the bench folder must have been made with this bench's settings (the phase budget aside:
+    raising it trains every arm on), or the arms would no longer share data, model and budget: one line if not."""
+    have, want = (_dotted(c.model_dump(mode="json")) for c in (rd.load_config(), expected))
+    differ = sorted(k for k in have.keys() | want.keys() if k != "phases" and have.get(k) != want.get(k))
+    if differ:
+        shown = ", ".join(f"{k} {have.get(k)!r} (this bench: {want.get(k)!r})" for k in differ[:3])
+        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+        raise config_mod.ConfigError(f"{rd.root} was made with other settings: {shown}{more}; use a new bench "
+                                     "folder, or the --set/--tasks it was made with")
+
+
 def _outcome(rd: RunDir) -> dict[str, Any]:
     """What one finished arm-seed run gives the bench: final held-out result, and where its time went (the run's
     wall time without building the starting policy, which is set-up, cached across runs)."""
@@ -90,6 +112,9 @@ def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: 
     t0 = time.time()
     outcomes: dict[str, dict[int, dict]] = {a: {} for a in arms}
     quiet = Reporter(quiet=True)
+    for seed, arm in ((s, a) for s in seeds for a in arms):  # before training anything: a mismatch fails at once
+        if (rd := RunDir(out / run_dir_name(arm, seed))).exists():
+            check_same_settings(rd, _config(arm, seed, phases, tasks, list(overrides)))
     with reporter.progress("bench", len(arms) * len(seeds)) as bar:
         for i, (seed, arm) in enumerate((s, a) for s in seeds for a in arms):
             rd = RunDir(out / run_dir_name(arm, seed))

@@ -75,3 +75,21 @@ def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_pa
     assert prompts[0] != prompts[1] and static.eval_tasks() == rerun.eval_tasks()
     assert static.baseline().items == rerun.baseline().items  # one starting policy
     assert "static_rerun is static trained again" in (tmp_path / "bench" / "bench.md").read_text()
+
+
+def test_a_bench_folder_made_with_other_settings_is_refused_before_anything_trains(tmp_path):
+    from evotrainer import config as C
+    from evotrainer.bench import _config, check_same_settings, run_bench, run_dir_name
+    from evotrainer.console import Reporter
+    from evotrainer.rundir import RunDir
+
+    small = ["training.train_pool_size=400", "training.eval_size=40"]
+    made = RunDir(tmp_path / "bench" / run_dir_name("static", 0))
+    made.init(_config("static", 0, 2, None, [*small, "training.steps_per_phase=500"]), log=lambda _: None)
+    events = made.events.path.read_text()
+    with pytest.raises(C.ConfigError, match=r"static-seed0 was made with other settings: training.steps_per_phase "
+                                            r"500 \(this bench: 60\); use a new bench folder"):
+        run_bench(tmp_path / "bench", ["static", "evotrainer"], [0], 3, overrides=small, reporter=Reporter(quiet=True))
+    assert made.events.path.read_text() == events and not (tmp_path / "bench" / "evotrainer-seed0").exists()
+    # the same settings with a larger phase budget are accepted: every arm trains on (checked, not run here)
+    check_same_settings(made, _config("static", 0, 3, None, [*small, "training.steps_per_phase=500"]))
