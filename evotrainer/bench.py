@@ -1,4 +1,4 @@
-"""``evotrainer bench``: does evolving the harness pay? Four arms, same data, model, evaluator and training budget.
+"""``evotrainer bench``: does evolving the harness pay? Arms with the same data, model, evaluator and training budget.
 
     static        the seed harness, never edited                         (evolution.mode: static)
     static_rerun  static trained again with other training randomness   (training.rerun: 1): no effect by

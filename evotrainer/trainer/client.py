@@ -7,9 +7,8 @@ fresh bearer token that only this run's client sends; a configured ``trainer.url
 ``$EVOTRAINER_TRAINER_TOKEN``), records it in ``RUN_DIR/trainer.json``, and stops it on exit. The child imports the
 run's own code: the working directory is not on its import path (``PYTHONSAFEPATH``; a folder named ``evotrainer``
 there once shadowed the installed package), and a service whose ``evotrainer`` is another copy is stopped with a
-message naming both. The child
-dies with its parent (parent-death signal + watcher), so a ``kill -9`` of the run leaves no orphan; a stale
-record from an earlier run process is cleaned up before a new service starts.
+message naming both. The child dies with its parent (parent-death signal + watcher), so a ``kill -9`` of the run
+leaves no orphan; a stale record from an earlier run process is cleaned up before a new service starts.
 
 If the local service dies under a job (out of memory, a crash, a kill), the client restarts it and submits the
 interrupted job again: an unfinished phase publishes nothing, so training it again is safe. Restarts are
