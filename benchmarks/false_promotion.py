@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -80,15 +81,22 @@ def main() -> None:
                 for r in range(a.seeds)]
 
     promoted = 0
+    gains, margins = [], []
     t0 = time.time()
     for t in range(a.first, a.first + a.trials):
         phase = 100 + t
         check = trial_check(arm(main_sha, phase, 0), arm(cand_sha, phase, shift))
         promoted += check.passed
+        gains.append(check.candidate - check.base)
+        margins.append(check.threshold - check.base)  # the gain this trial needed to promote: its interval's lower side
         print(f"trial {t + 1:2d}: {'PROMOTED' if check.passed else 'rejected'}  {check.detail}", flush=True)
     rate = promoted / a.trials
     print(f"\nnull={a.null}: {promoted} of {a.trials} trials promoted ({rate:.0%}); goal <= 5%; "
           f"{a.steps} batches x {a.seeds} seed(s) per arm, {a.probe} probe tasks; {time.time() - t0:.0f} s")
+    if len(gains) > 1:
+        print(f"the null's gain: mean {statistics.mean(gains):+.4f}, sd {statistics.stdev(gains):.4f}; the gate's "
+              f"margin: mean {statistics.mean(margins):.4f} (an edit whose probe gain is that large is promoted "
+              "about half the time)")
 
 
 if __name__ == "__main__":
