@@ -112,21 +112,22 @@ def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: 
     t0 = time.time()
     outcomes: dict[str, dict[int, dict]] = {a: {} for a in arms}
     quiet = Reporter(quiet=True)
-    for seed, arm in ((s, a) for s in seeds for a in arms):  # before training anything: a mismatch fails at once
+    planned = {(seed, arm): _config(arm, seed, phases, tasks, list(overrides)) for seed in seeds for arm in arms}
+    for (seed, arm), cfg in planned.items():  # before training anything: a mismatch fails at once
         if (rd := RunDir(out / run_dir_name(arm, seed))).exists():
-            check_same_settings(rd, _config(arm, seed, phases, tasks, list(overrides)))
-    with reporter.progress("bench", len(arms) * len(seeds)) as bar:
-        for i, (seed, arm) in enumerate((s, a) for s in seeds for a in arms):
+            check_same_settings(rd, cfg)
+    with reporter.progress("bench", len(planned)) as bar:
+        for i, ((seed, arm), cfg) in enumerate(planned.items()):
             rd = RunDir(out / run_dir_name(arm, seed))
-            bar(step=i, total=len(arms) * len(seeds), stage=f"{arm}, seed {seed}")
+            bar(step=i, total=len(planned), stage=f"{arm}, seed {seed}")
             if not rd.exists():
-                rd.init(_config(arm, seed, phases, tasks, list(overrides)), log=lambda _: None)
+                rd.init(cfg, log=lambda _: None)
             if rd.status().get("state") != "done" or len(phase_results(rd)) < phases:
                 run(rd.root, phases=phases, reporter=quiet)
             outcomes[arm][seed] = _outcome(rd)
             reporter.info(f"{arm}, seed {seed}: held-out accuracy {outcomes[arm][seed]['final'].accuracy:.1%} "
                           f"(start {outcomes[arm][seed]['baseline']:.1%})")
-        bar(step=len(arms) * len(seeds), total=len(arms) * len(seeds))
+        bar(step=len(planned), total=len(planned))
     summary = summarize(outcomes, seeds)
     summary.update(phases=phases, seeds=seeds, arm_order=arms, wall_s=round(time.time() - t0, 1), tasks=tasks,
                    overrides=list(overrides))

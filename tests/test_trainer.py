@@ -359,8 +359,7 @@ def test_a_rerun_draws_other_tasks_and_seeds_in_every_job_and_only_there():
     jobs = [phase, phase.model_copy(update={"pilot": True, "held_out": True}),
             phase.model_copy(update={"pilot": True, "probe_size": 40, "replicate": 1})]
     for rule in (task_seed, sampling_seed):
-        first = {rule(j.model_copy(update={"rerun": 0})) for j in jobs for p in range(1, 50)
-                 for j in [j.model_copy(update={"phase": p})]}
+        first = {rule(j.model_copy(update={"rerun": 0, "phase": p})) for j in jobs for p in range(1, 50)}
         again = {rule(j.model_copy(update={"phase": p})) for j in jobs for p in range(1, 50)}
         assert not first & again, rule.__name__  # no job of the rerun repeats any job of the first run
         assert 0 <= rule(jobs[2]) < 2 ** 32  # numpy's seed range
