@@ -184,15 +184,18 @@ def bench(d: dict) -> str:
         return ""
     table = ""
     if b["summary"]:
-        rows = []
-        for arm, a in b["summary"]["arms"].items():
-            vs = a.get("vs_static")
-            rows.append([esc(arm), _pct(a["accuracy"]),
-                         esc(", ".join(f"{_pct(v)}" for v in a["per_seed"].values())),
-                         f"{vs['diff']:+.1%} [{vs['low']:+.1%}, {vs['high']:+.1%}]" if vs else "-",
-                         f"{a['wall_s']:.0f} s", _pct(a.get("outside_training"))])
-        table = _table(["arm", "final accuracy (mean)", "per seed", "minus static [95% paired]", "wall",
-                        "outside training"], rows, {1, 3, 4, 5})
+        arms = b["summary"]["arms"]
+        noise = any("vs_static_runs" in a for a in arms.values())  # static_rerun ran: training noise is counted
+
+        def gap(vs):
+            return f"{vs['diff']:+.1%} [{vs['low']:+.1%}, {vs['high']:+.1%}]" if vs else "-"
+
+        rows = [[esc(arm), _pct(a["accuracy"]), esc(", ".join(f"{_pct(v)}" for v in a["per_seed"].values())),
+                 gap(a.get("vs_static")), *([gap(a.get("vs_static_runs"))] if noise else []),
+                 f"{a['wall_s']:.0f} s", _pct(a.get("outside_training"))] for arm, a in arms.items()]
+        head = ["arm", "final accuracy (mean)", "per seed", "minus static [95% paired]",
+                *(["minus static runs [95%, training noise counted]"] if noise else []), "wall", "outside training"]
+        table = _table(head, rows, set(range(1, len(head))) - {2})
     return (f'<h2 id="bench">Bench: this run is the <code>{esc(b["this"])}</code> arm</h2>'
             + charts.bench(b) + table)
 

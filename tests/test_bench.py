@@ -37,6 +37,27 @@ def test_each_arm_is_compared_with_static_paired_per_task_and_seed():
     assert "static_rerun is static trained again" in markdown({"arms": arms, "seeds": [0], "phases": 3, "wall_s": 1})
 
 
+def test_with_static_rerun_each_arm_is_also_compared_with_both_static_runs_counting_training_noise():
+    def run(correct: set[int]) -> dict:
+        return {"final": _final(correct), "wall_s": 100.0, "training_s": 90.0}
+
+    outcomes = {"static": {s: run(set(range(60 + 4 * s))) for s in (0, 1, 2)},  # seed 1's static run was lucky:
+                "static_rerun": {s: run(set(range(60 + 4 * s - 16 * (s == 1)))) for s in (0, 1, 2)},  # -16
+                "evotrainer": {s: run(set(range(60 + 4 * s)) | set(range(100, 105))) for s in (0, 1, 2)}}
+    arms = summarize(outcomes, [0, 1, 2])["arms"]
+    assert "vs_static_runs" not in arms["static"] and "vs_static_runs" not in arms["static_rerun"]
+    vs, paired = arms["evotrainer"]["vs_static_runs"], arms["evotrainer"]["vs_static"]
+    assert vs["diff"] == pytest.approx((5 + 13 + 5) / 3 / 200) and vs["df"] == 5 and vs["seeds"] == 3
+    assert vs["run_sd"] == pytest.approx((2 * (8 / 200) ** 2 / 3) ** 0.5)  # a pair 16 tasks apart, 2 equal: 3 df
+    assert paired["low"] > 0 and vs["low"] < 0  # 5 tasks clear the item bootstrap, not training noise
+    table = markdown({"arms": arms, "seeds": [0, 1, 2], "phases": 3, "wall_s": 1.0})
+    assert "training noise counted (95% CI) |" in table and "one run's training noise at 3.3% (sd)" in table
+    row = next(line for line in table.splitlines() if line.startswith("| evotrainer |"))
+    assert f"| {vs['diff']:+.1%} ({vs['low']:+.1%} to {vs['high']:+.1%}) |" in row
+    static_row = next(line for line in table.splitlines() if line.startswith("| static |"))
+    assert static_row.count("|") == row.count("|")  # every row has every column
+
+
 @pytest.mark.slow
 def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_path, policy_cache, monkeypatch):
     import git
