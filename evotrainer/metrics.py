@@ -214,8 +214,9 @@ def gain_over_replicates(arm: dict[int, float], baseline: dict[int, list[float]]
     if set(arm) != set(baseline) or not arm:
         raise ValueError(f"the arm and the baseline need the same seeds ({sorted(arm)} vs {sorted(baseline)})")
     seeds = sorted(arm)
-    gains = [arm[s] - sum(baseline[s]) / len(baseline[s]) for s in seeds]
-    within = sum((y - sum(baseline[s]) / len(baseline[s])) ** 2 for s in seeds for y in baseline[s])
+    centre = {s: sum(baseline[s]) / len(baseline[s]) for s in seeds}  # the baseline's mean per seed
+    gains = [arm[s] - centre[s] for s in seeds]
+    within = sum((y - centre[s]) ** 2 for s in seeds for y in baseline[s])
     df_within = sum(len(baseline[s]) - 1 for s in seeds)
     if df_within < 1:
         raise ValueError("the baseline needs at least two runs of one seed to measure training noise")
