@@ -2,7 +2,8 @@
 
     static        the seed harness, never edited                         (evolution.mode: static)
     static_rerun  static trained again with other training randomness   (training.rerun: 1): no effect by
-                  construction, so its interval shows what "no difference" looks like at this bench's size
+                  construction, so its interval shows what "no difference" looks like at this bench's size;
+                  ``--reruns N`` adds static_rerun2 .. static_rerunN (training.rerun: 2 .. N), more static runs
     reference     a fixed expert harness (harness_repo/math_reference)   (evolution.mode: static)
     keep_discard  the scalar loop: next playbook edit, kept if held-out accuracy rose, else reverted
     evotrainer    the full system: diagnose, critique, engineer, backtest with A/B trials, promote, realized effect
@@ -10,14 +11,15 @@
 Every arm trains the same phases x steps from the same starting policy with the same seeds and tasks; within a
 seed, all arms are scored on the same held-out items, so each arm is compared with static paired per item and per
 seed (a two-level bootstrap: seeds, then items). That interval cannot see training's run-to-run noise with a few
-seeds; with static_rerun in the bench, every other arm is also compared with the mean of the two static runs of its
-seed, by a t interval over seeds that counts the noise their spread shows (``metrics.gain_over_replicates``): read a
-claim from that one. Each arm-seed is an ordinary run directory under the bench folder
+seeds; with static_rerun in the bench, every other arm is also compared with the mean of the static runs of its
+seed (static and its reruns), by a t interval over seeds that counts the noise their spread shows
+(``metrics.gain_over_replicates``; each extra rerun narrows it): read a claim from that one. Each arm-seed is an ordinary run directory under the bench folder
 (``BENCH/<arm>-seed<N>``), resumable with the same command; results go to ``BENCH/bench.json`` and
 ``BENCH/bench.md``. ``--tasks FILE`` applies a YAML of config overrides (e.g. ``tasks: {mix: {"1": 1, "4": 3}}``) to
 every arm, so the same bench runs on other task mixes.
 
-    evotrainer bench runs/bench [--arms static,static_rerun,evotrainer] [--seeds 0,1,2] [--phases 3] [--tasks mix.yaml]
+    evotrainer bench runs/bench [--arms static,static_rerun,evotrainer] [--reruns 3] [--seeds 0,1,2] [--phases 3]
+                                [--tasks mix.yaml]
 """
 
 from __future__ import annotations
@@ -35,16 +37,72 @@ from evotrainer.history import phase_results
 from evotrainer.metrics import gain_over_replicates, paired_gain
 from evotrainer.rundir import RunDir
 
+def _rerun(k: int) -> list[str]:
+    return ["evolution.mode=static", f"training.rerun={k}"]  # static trained again with other training randomness
+
+
 ARMS = {
     "static": ["evolution.mode=static"],
-    "static_rerun": ["evolution.mode=static", "training.rerun=1"],
+    "static_rerun": _rerun(1),
     "reference": ["evolution.mode=static", "harness=math_reference"],
     "keep_discard": ["evolution.mode=keep_discard"],
     "evotrainer": ["evolution.mode=evolve"],
 }
 
 
-STATIC_RUNS = ("static", "static_rerun")  # one harness trained twice per seed: the baseline that shows training noise
+RERUN = "static_rerun"  # static trained again: rerun 1 is this arm, rerun k >= 2 is static_rerun<k>
+
+
+def rerun_arm(k: int) -> str:
+    """The arm that trains static again with ``training.rerun: k`` (k >= 1)."""
+    return RERUN if k == 1 else f"{RERUN}{k}"
+
+
+def rerun_number(arm: str) -> int | None:
+    """k for the arm that trains static with ``training.rerun: k`` (1 for static_rerun); None for any other name."""
+    if arm == RERUN:
+        return 1
+    k = arm[len(RERUN):]
+    return int(k) if arm.startswith(RERUN) and k.isdigit() and int(k) >= 2 and arm == rerun_arm(int(k)) else None
+
+
+def arm_overrides(arm: str) -> list[str]:
+    """The config overrides that make an arm; ValueError for a name that is no arm."""
+    if arm in ARMS:
+        return ARMS[arm]
+    if k := rerun_number(arm):
+        return _rerun(k)
+    raise ValueError(f"no arm {arm!r}")
+
+
+def is_arm(name: str) -> bool:
+    """A name ``--arms`` accepts: one of ``ARMS`` or static_rerun<k>."""
+    return name in ARMS or rerun_number(name) is not None
+
+
+def _order(arm: str) -> tuple[int, int]:
+    """Arms in ``ARMS`` order, reruns by number from static_rerun on."""
+    k = rerun_number(arm)
+    return (list(ARMS).index(RERUN), k) if k else (list(ARMS).index(arm), 0)
+
+
+def expand_arms(arms: list[str], reruns: int = 1) -> list[str]:
+    """The arms to run, in arm order: ``arms`` with static_rerun2 .. static_rerun<reruns> added when static_rerun
+    is among them (``--reruns``). An unknown name or a rerun count below 1 raises ConfigError."""
+    unknown = [a for a in arms if not is_arm(a)]
+    if unknown:
+        raise config_mod.ConfigError(f"--arms: unknown arm(s) {unknown} (allowed: {', '.join(ARMS)}, and "
+                                     f"{RERUN}2, {RERUN}3, ... for more static reruns)")
+    if reruns < 1:
+        raise config_mod.ConfigError(f"--reruns: {reruns} (at least 1, static_rerun itself)")
+    extra = [rerun_arm(k) for k in range(2, reruns + 1)] if RERUN in arms else []
+    return sorted(dict.fromkeys([*arms, *extra]), key=_order)
+
+
+def static_runs(arms) -> list[str]:
+    """The arms that train the seed harness unchanged, static and its reruns: per seed, the replicates that show
+    training's run-to-run noise."""
+    return [a for a in arms if a == "static" or rerun_number(a)]
 
 
 def run_dir_name(arm: str, seed: int) -> str:
@@ -56,19 +114,20 @@ def arms_beside(root: Path) -> dict[str, Path]:
     """The arms of the bench that the run at ``root`` belongs to, with the same seed (itself included), in arm
     order; empty when it is not a bench run (its folder is not ``<arm>-seed<N>`` beside other arms)."""
     root = Path(root)
-    for arm in ARMS:
-        prefix = f"{arm}-seed"
-        if root.name.startswith(prefix) and root.name[len(prefix):].isdigit():
-            seed = int(root.name[len(prefix):])
-            found = {a: root.parent / run_dir_name(a, seed) for a in ARMS}
-            found = {a: p for a, p in found.items() if (p / "config.yaml").is_file()}
-            return found if len(found) > 1 else {}
-    return {}
+    arm, _, seed = root.name.rpartition("-seed")
+    if not (seed.isdigit() and is_arm(arm)):
+        return {}
+    found = {}
+    for path in root.parent.glob(f"*-seed{seed}"):
+        other = path.name[:-len(f"-seed{seed}")]
+        if is_arm(other) and (path / "config.yaml").is_file():
+            found[other] = path
+    return {a: found[a] for a in sorted(found, key=_order)} if len(found) > 1 else {}
 
 
 def _config(arm: str, seed: int, phases: int, tasks: dict | None, overrides: list[str]) -> config_mod.Config:
     cfg = config_mod.parse({**(tasks or {}), "name": f"bench-{arm}-seed{seed}"}, "--tasks")
-    return config_mod.apply_overrides(cfg, [f"seed={seed}", f"phases={phases}", *overrides, *ARMS[arm]])
+    return config_mod.apply_overrides(cfg, [f"seed={seed}", f"phases={phases}", *overrides, *arm_overrides(arm)])
 
 
 def _dotted(data: dict, prefix: str = "") -> dict[str, Any]:
@@ -83,9 +142,11 @@ def _dotted(data: dict, prefix: str = "") -> dict[str, Any]:
 
 def check_same_settings(rd: RunDir, expected: config_mod.Config) -> None:
     """A run already in the bench folder must have been made with this bench's settings (the phase budget aside:
-    raising it trains every arm on), or the arms would no longer share data, model and budget: one line if not."""
+    raising it trains every arm on; and the run's name, a label), or the arms would no longer share data, model and
+    budget: one line if not. So a run made by hand with an arm's settings (``evotrainer init --config``) and copied
+    in as ``<arm>-seed<N>`` is one of the bench's runs."""
     have, want = (_dotted(c.model_dump(mode="json")) for c in (rd.load_config(), expected))
-    differ = sorted(k for k in have.keys() | want.keys() if k != "phases" and have.get(k) != want.get(k))
+    differ = sorted(k for k in have.keys() | want.keys() if k not in ("phases", "name") and have.get(k) != want.get(k))
     if differ:
         shown = ", ".join(f"{k} {have.get(k)!r} (this bench: {want.get(k)!r})" for k in differ[:3])
         more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
@@ -106,14 +167,13 @@ def _outcome(rd: RunDir) -> dict[str, Any]:
 
 
 def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: dict | None = None,
-              overrides: list[str] = (), reporter: Reporter | None = None) -> dict:
-    """Run (or resume) every arm for every seed, then compare each arm with static; write bench.json/.md."""
+              overrides: list[str] = (), reporter: Reporter | None = None, reruns: int = 1) -> dict:
+    """Run (or resume) every arm for every seed (with ``reruns`` static runs besides static when static_rerun is
+    among the arms), then compare each arm with static; write bench.json/.md."""
     from evotrainer.run import run
 
     reporter = reporter or Reporter()
-    unknown = [a for a in arms if a not in ARMS]
-    if unknown:
-        raise config_mod.ConfigError(f"--arms: unknown arm(s) {unknown} (allowed: {', '.join(ARMS)})")
+    arms = expand_arms(arms, reruns)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     outcomes: dict[str, dict[int, dict]] = {a: {} for a in arms}
@@ -145,6 +205,7 @@ def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: 
 def summarize(outcomes: dict[str, dict[int, dict]], seeds: list[int]) -> dict:
     """Per arm: final accuracy (mean, per seed), the paired interval against static, the time outside training."""
     arms: dict[str, dict] = {}
+    baseline = static_runs(outcomes)  # static and its reruns: the noise-counted comparison needs two at least
     for arm, by_seed in outcomes.items():
         finals = {s: by_seed[s]["final"] for s in seeds}
         wall = sum(by_seed[s]["wall_s"] for s in seeds)
@@ -155,10 +216,10 @@ def summarize(outcomes: dict[str, dict[int, dict]], seeds: list[int]) -> dict:
         if arm != "static" and "static" in outcomes:
             entry["vs_static"] = paired_gain([(outcomes["static"][s]["final"].items, finals[s].items)
                                               for s in seeds])
-        if arm not in STATIC_RUNS and all(a in outcomes for a in STATIC_RUNS):
+        if arm not in baseline and len(baseline) > 1 and "static" in baseline:
             entry["vs_static_runs"] = gain_over_replicates(
                 {s: finals[s].accuracy for s in seeds},
-                {s: [outcomes[a][s]["final"].accuracy for a in STATIC_RUNS] for s in seeds})
+                {s: [outcomes[a][s]["final"].accuracy for a in baseline] for s in seeds})
         arms[arm] = entry
     return {"arms": arms}
 
@@ -183,13 +244,15 @@ def markdown(summary: dict) -> str:
     lines += ["", f"Runs' wall time {total:.0f} s in all (building the starting policy excluded); outside training = "
               "agents, backtests, trials, counterfactuals, evaluation and orchestration. Paired per held-out task and "
               "per seed (all arms of a seed are scored on the same tasks); the interval bootstraps seeds, then tasks."]
-    if "static_rerun" in summary["arms"]:
-        lines += ["", "static_rerun is static trained again with other training randomness: any difference it shows "
-                  "is training noise, so an arm's gain means little unless it clears static_rerun's."]
+    if reruns := [a for a in static_runs(summary["arms"]) if a != "static"]:
+        lines += ["", f"{', '.join(reruns)} {'is' if len(reruns) == 1 else 'are'} static trained again with other "
+                  "training randomness: any difference they show is training noise, so an arm's gain means little "
+                  "unless it clears theirs."]
     if noise:
         vs = next(e["vs_static_runs"] for e in summary["arms"].values() if "vs_static_runs" in e)
-        lines += ["", f"Training noise counted: per seed, an arm is compared with the mean of static and static_rerun, "
-                  f"whose spread puts one run's training noise at {vs['run_sd']:.1%} (sd); the interval is a t "
+        runs = static_runs(summary["arms"])
+        lines += ["", f"Training noise counted: per seed, an arm is compared with the mean of its {len(runs)} static "
+                  f"runs ({', '.join(runs)}), whose spread puts one run's training noise at {vs['run_sd']:.1%} (sd); the interval is a t "
                   f"interval over the {vs['seeds']} seeds pooling that noise with the gains' spread across seeds "
                   f"({vs['df']} degrees of freedom). Read a claim from this column: the paired column resamples "
                   "tasks and a few seeds, and cannot see the noise of training."]

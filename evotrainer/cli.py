@@ -278,6 +278,8 @@ def report(run_dir: Path, out: Optional[Path] = typer.Option(None, help="where t
 def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one run directory per arm and seed)"),
           arms: str = typer.Option("static,static_rerun,reference,keep_discard,evotrainer",
                                    help="comma-separated arms"),
+          reruns: int = typer.Option(1, help="static runs besides static (static_rerun, static_rerun2, ...) when "
+                                     "static_rerun is an arm: more of them narrow the noise-counted interval"),
           seeds: str = typer.Option("0,1,2", help="comma-separated seeds"),
           phases: int = typer.Option(3, help="training phases of every arm"),
           tasks: Optional[Path] = typer.Option(None, help="YAML of config overrides for every arm (a task mix)"),
@@ -289,7 +291,7 @@ def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
         summary = run_bench(out, [a.strip() for a in arms.split(",") if a.strip()], seed_list, phases,
-                            load_tasks(tasks), set_)
+                            load_tasks(tasks), set_, reruns=reruns)
     except ValueError as err:  # ConfigError is a ValueError: a bad arm, seed list, key or task file
         _fail(str(err))
     console.print((out / "bench.md").read_text(), highlight=False, markup=False)

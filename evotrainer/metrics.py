@@ -202,7 +202,7 @@ def gain_over_replicates(arm: dict[int, float], baseline: dict[int, list[float]]
     """An arm's gain over a baseline trained more than once per seed, with an interval that counts training noise.
 
     ``arm`` holds one final accuracy per seed; ``baseline`` the same harness's replicates per seed (for the bench:
-    static and static_rerun, identical but for training's randomness). Per seed the gain is the arm minus the
+    static and its reruns, identical but for training's randomness). Per seed the gain is the arm minus the
     replicates' mean; the replicates' spread within a seed estimates run-to-run noise (sd ``run_sd``), which a
     per-item bootstrap over a few seeds cannot see. The interval is a Student t interval over seeds whose variance
     pools the gains' spread across seeds (S - 1 degrees of freedom) with the run-to-run noise the replicates show

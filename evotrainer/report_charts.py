@@ -116,6 +116,10 @@ ARM_COLORS = {"static": "#757575", "static_rerun": "#bdbdbd", "reference": "#ef6
               "evotrainer": "#1565c0"}
 
 
+def _arm_color(arm: str) -> str:
+    return ARM_COLORS.get("static_rerun" if arm.startswith("static_rerun") else arm, "black")  # every rerun grey
+
+
 def bench(data: dict) -> str:
     with matplotlib.rc_context(_STYLE):
         fig = _figure(11, 3.6)
@@ -125,11 +129,11 @@ def bench(data: dict) -> str:
             if not curve:
                 continue
             this = arm == data["this"]
-            ax.plot([p for p, _ in curve], [a for _, a in curve], "o-", color=ARM_COLORS.get(arm, "black"),
+            ax.plot([p for p, _ in curve], [a for _, a in curve], "o-", color=_arm_color(arm),
                     lw=2.6 if this else 1.4, alpha=1 if this else 0.8, label=arm + (" (this run)" if this else ""))
             phase, acc = curve[-1]
             ax.annotate(f"{acc:.1%}", (phase, acc), xytext=(6, 0), textcoords="offset points", va="center",
-                        fontsize=8, color=ARM_COLORS.get(arm, "black"))
+                        fontsize=8, color=_arm_color(arm))
             xs.update(p for p, _ in curve)
         ax.set_ylabel("held-out accuracy")
         ax.set_title("Bench arms, same seed, tasks, evaluator and training budget", loc="left")

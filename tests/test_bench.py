@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from evotrainer.bench import markdown, summarize
+from evotrainer.bench import expand_arms, markdown, summarize
 from evotrainer.contracts import EvalResult
 
 
@@ -58,6 +58,50 @@ def test_with_static_rerun_each_arm_is_also_compared_with_both_static_runs_count
     assert static_row.count("|") == row.count("|")  # every row has every column
 
 
+def test_more_static_reruns_are_more_replicates_of_the_noise_counted_baseline():
+    def run(correct: set[int]) -> dict:
+        return {"final": _final(correct), "wall_s": 100.0, "training_s": 90.0}
+
+    shifts = {"static": 0, "static_rerun": -16, "static_rerun2": -8}  # three runs of one harness per seed
+    outcomes = {arm: {s: run(set(range(60 + 4 * s + d))) for s in (0, 1, 2)} for arm, d in shifts.items()}
+    outcomes["evotrainer"] = {s: run(set(range(60 + 4 * s))) for s in (0, 1, 2)}
+    arms = summarize(outcomes, [0, 1, 2])["arms"]
+    vs = arms["evotrainer"]["vs_static_runs"]
+    assert all("vs_static_runs" not in arms[a] for a in shifts)
+    assert vs["diff"] == pytest.approx(8 / 200) and vs["df"] == 2 + 3 * 2  # 2 across seeds, 2 per seed within
+    assert vs["run_sd"] == pytest.approx(8 / 200)  # runs 0, -16, -8 tasks: sd 8 tasks on every seed
+    table = markdown({"arms": arms, "seeds": [0, 1, 2], "phases": 3, "wall_s": 1.0})
+    assert "mean of its 3 static runs (static, static_rerun, static_rerun2)" in table
+    assert "static_rerun, static_rerun2 are static trained again" in table
+    # without static, the reruns are plain arms compared with nothing but static's absence
+    del outcomes["static"]
+    assert all("vs_static_runs" not in e for e in summarize(outcomes, [0, 1, 2])["arms"].values())
+
+
+def test_reruns_add_static_runs_beside_static_rerun_and_bad_names_are_refused(tmp_path, cli_env):
+    from evotrainer import config as C
+    from evotrainer.bench import _config, run_bench
+    from tests.conftest import cli
+
+    assert expand_arms(["evotrainer", "static_rerun", "static"], 3) == [
+        "static", "static_rerun", "static_rerun2", "static_rerun3", "evotrainer"]  # arm order
+    assert expand_arms(["static", "evotrainer"], 3) == ["static", "evotrainer"]  # no static_rerun, no reruns
+    assert expand_arms(["static_rerun4", "static"]) == ["static", "static_rerun4"]  # named alone
+    cfg = _config("static_rerun3", 1, 2, None, [])
+    assert (cfg.training.rerun, cfg.evolution.mode, cfg.seed) == (3, "static", 1)
+    assert _config("static_rerun", 1, 2, None, []).training.rerun == 1
+    for arms, reruns, message in ((["static_rerun1"], 1, r"unknown arm\(s\) \['static_rerun1'\]"),
+                                  (["static_rerun02", "nope"], 1, r"\['static_rerun02', 'nope'\] \(allowed: static"),
+                                  (["static", "static_rerun"], 0, r"--reruns: 0 \(at least 1")):
+        with pytest.raises(C.ConfigError, match=message):
+            run_bench(tmp_path / "bench", arms, [0], 2, reruns=reruns)
+    proc = cli(["bench", str(tmp_path / "bench"), "--arms", "static,static_rerun", "--reruns", "-1"], cli_env,
+               check=False)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2 and "error: --reruns: -1 (at least 1" in out and "Traceback" not in out
+    assert not (tmp_path / "bench").exists()  # refused before anything is made
+
+
 @pytest.mark.slow
 def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_path, policy_cache, monkeypatch):
     import git
@@ -71,8 +115,8 @@ def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_pa
 
     monkeypatch.setenv("EVOTRAINER_CACHE", str(policy_cache))
     arms = ["static", "static_rerun", "reference", "keep_discard", "evotrainer"]
-    summary = run_bench(tmp_path / "bench", arms, [0], 2, overrides=FAST, reporter=Reporter(quiet=True))
-    assert set(summary["arms"]) == set(arms)
+    summary = run_bench(tmp_path / "bench", arms, [0], 2, overrides=FAST, reporter=Reporter(quiet=True), reruns=2)
+    assert list(summary["arms"]) == ["static", "static_rerun", "static_rerun2", *arms[2:]]
     data = json.loads((tmp_path / "bench" / "bench.json").read_text())
     assert data["arms"]["evotrainer"]["vs_static"]["n"] == 40 and (tmp_path / "bench" / "bench.md").is_file()
     # the last arm's report (written after each of its phases) draws every arm of its seed on one chart
@@ -83,7 +127,7 @@ def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_pa
         rd = RunDir(tmp_path / "bench" / f"{arm}-seed0")
         steps[arm] = sum(r.steps for r in phase_results(rd))
         history = list(git.Repo(rd.harness).iter_commits("main"))
-        if arm in ("static", "static_rerun", "reference"):
+        if arm in ("static", "static_rerun", "static_rerun2", "reference"):
             assert len(history) == 1, arm  # never edited
         if arm == "keep_discard":
             assert any(c.message.startswith("Try candidates/phase-1-kd") for c in history)
@@ -91,11 +135,14 @@ def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_pa
             assert "oversample: 2" in (rd.harness / "harness.yaml").read_text()
     assert len(set(steps.values())) == 1  # the same training budget in every arm
     # the rerun trains the same harness on other draws, and is scored on the same held-out tasks as static
-    static, rerun = (RunDir(tmp_path / "bench" / f"{arm}-seed0") for arm in ("static", "static_rerun"))
-    prompts = [{r["task_id"] for r in read_rollouts(rd.rollout_file(1))} for rd in (static, rerun)]
-    assert prompts[0] != prompts[1] and static.eval_tasks() == rerun.eval_tasks()
-    assert static.baseline().items == rerun.baseline().items  # one starting policy
-    assert "static_rerun is static trained again" in (tmp_path / "bench" / "bench.md").read_text()
+    static, *reruns = (RunDir(tmp_path / "bench" / f"{arm}-seed0") for arm in ("static", "static_rerun",
+                                                                               "static_rerun2"))
+    prompts = [{r["task_id"] for r in read_rollouts(rd.rollout_file(1))} for rd in (static, *reruns)]
+    assert len({frozenset(p) for p in prompts}) == 3  # each run its own draws
+    assert all(static.eval_tasks() == rd.eval_tasks() for rd in reruns)
+    assert all(static.baseline().items == rd.baseline().items for rd in reruns)  # one starting policy
+    assert data["arms"]["evotrainer"]["vs_static_runs"]["df"] == 2  # one seed, three static runs
+    assert "static_rerun, static_rerun2 are static trained again" in (tmp_path / "bench" / "bench.md").read_text()
 
 
 def test_a_bench_folder_made_with_other_settings_is_refused_before_anything_trains(tmp_path):
@@ -114,3 +161,6 @@ def test_a_bench_folder_made_with_other_settings_is_refused_before_anything_trai
     assert made.events.path.read_text() == events and not (tmp_path / "bench" / "evotrainer-seed0").exists()
     # the same settings with a larger phase budget are accepted: every arm trains on (checked, not run here)
     check_same_settings(made, _config("static", 0, 3, None, [*small, "training.steps_per_phase=500"]))
+    # ... and so is one whose name (a label) differs: a run made by hand with an arm's settings, copied in
+    renamed = _config("static", 0, 2, None, [*small, "training.steps_per_phase=500"]).model_copy(update={"name": "x"})
+    check_same_settings(made, renamed)

@@ -166,12 +166,13 @@ def test_a_bench_arm_shows_every_arm_of_its_seed_on_one_chart(run_dir: Path, env
     from evotrainer import bench
 
     folder = tmp_path / "bench"
-    for arm in ("static", "static_rerun", "evotrainer"):
+    arms = ("static", "static_rerun", "static_rerun2", "evotrainer")
+    for arm in (*arms, "static_rerun1"):  # static_rerun1 is no arm's name (rerun 1 is static_rerun): not shown
         shutil.copytree(run_dir, folder / bench.run_dir_name(arm, 0), ignore=shutil.ignore_patterns("*.safetensors"))
     outside = tmp_path / "lone" / "evotrainer-seed0"  # an arm-like name with no other arm beside it
     shutil.copytree(run_dir, outside, ignore=shutil.ignore_patterns("*.safetensors", "checkpoints", "policy"))
     assert bench.arms_beside(outside) == {} and bench.arms_beside(run_dir) == {}
-    assert list(bench.arms_beside(folder / "evotrainer-seed0")) == ["static", "static_rerun", "evotrainer"]
+    assert tuple(bench.arms_beside(folder / "evotrainer-seed0")) == arms
 
     cli(["report", str(folder / "evotrainer-seed0")], env)
     page = (folder / "evotrainer-seed0" / "report.html").read_text()
@@ -179,13 +180,13 @@ def test_a_bench_arm_shows_every_arm_of_its_seed_on_one_chart(run_dir: Path, env
     assert "this run is the <code>evotrainer</code> arm" in page and "evotrainer (this run)" in page
     assert "minus static" not in page  # no bench.json yet: the bench has not finished
     outcomes = {arm: {0: bench._outcome(RunDir(folder / bench.run_dir_name(arm, 0)))}
-                for arm in ("static", "static_rerun", "evotrainer")}
+                for arm in arms}
     (folder / "bench.json").write_text(json.dumps({**bench.summarize(outcomes, [0]), "seeds": [0]}))
     cli(["report", str(folder / "static-seed0")], env)
     page = (folder / "static-seed0" / "report.html").read_text()
     assert "static (this run)" in page and "minus static [95% paired]" in page and "+0.0% [+0.0%, +0.0%]" in page
     table = page[page.index('id="bench"'):page.index('id="health"')]
-    assert "minus static runs [95%, training noise counted]" in table and table.count("<td class=num>-</td>") == 3
+    assert "minus static runs [95%, training noise counted]" in table and table.count("<td class=num>-</td>") == 5
     assert page.count('<svg class="chart"') == 5 and "<script" not in page.lower()
 
 
