@@ -13,10 +13,10 @@ seed, all arms are scored on the same held-out items, so each arm is compared wi
 seed (a two-level bootstrap: seeds, then items). That interval cannot see training's run-to-run noise with a few
 seeds; with static_rerun in the bench, every other arm is also compared with the mean of the static runs of its
 seed (static and its reruns), by a t interval over seeds that counts the noise their spread shows
-(``metrics.gain_over_replicates``; each extra rerun narrows it): read a claim from that one. Each arm-seed is an ordinary run directory under the bench folder
-(``BENCH/<arm>-seed<N>``), resumable with the same command; results go to ``BENCH/bench.json`` and
-``BENCH/bench.md``. ``--tasks FILE`` applies a YAML of config overrides (e.g. ``tasks: {mix: {"1": 1, "4": 3}}``) to
-every arm, so the same bench runs on other task mixes.
+(``metrics.gain_over_replicates``; each extra rerun narrows it): read a claim from that one. Each arm-seed is an
+ordinary run directory under the bench folder (``BENCH/<arm>-seed<N>``), resumable with the same command; results
+go to ``BENCH/bench.json`` and ``BENCH/bench.md``. ``--tasks FILE`` applies a YAML of config overrides (e.g.
+``tasks: {mix: {"1": 1, "4": 3}}``) to every arm, so the same bench runs on other task mixes.
 
     evotrainer bench runs/bench [--arms static,static_rerun,evotrainer] [--reruns 3] [--seeds 0,1,2] [--phases 3]
                                 [--tasks mix.yaml]
@@ -36,6 +36,7 @@ from evotrainer.console import Reporter
 from evotrainer.history import phase_results
 from evotrainer.metrics import gain_over_replicates, paired_gain
 from evotrainer.rundir import RunDir
+
 
 def _rerun(k: int) -> list[str]:
     return ["evolution.mode=static", f"training.rerun={k}"]  # static trained again with other training randomness
@@ -252,10 +253,10 @@ def markdown(summary: dict) -> str:
         vs = next(e["vs_static_runs"] for e in summary["arms"].values() if "vs_static_runs" in e)
         runs = static_runs(summary["arms"])
         lines += ["", f"Training noise counted: per seed, an arm is compared with the mean of its {len(runs)} static "
-                  f"runs ({', '.join(runs)}), whose spread puts one run's training noise at {vs['run_sd']:.1%} (sd); the interval is a t "
-                  f"interval over the {vs['seeds']} seeds pooling that noise with the gains' spread across seeds "
-                  f"({vs['df']} degrees of freedom). Read a claim from this column: the paired column resamples "
-                  "tasks and a few seeds, and cannot see the noise of training."]
+                  f"runs ({', '.join(runs)}), whose spread puts one run's training noise at {vs['run_sd']:.1%} (sd); "
+                  f"the interval is a t interval over the {vs['seeds']} seeds pooling that noise with the gains' "
+                  f"spread across seeds ({vs['df']} degrees of freedom). Read a claim from this column: the paired "
+                  "column resamples tasks and a few seeds, and cannot see the noise of training."]
     return "\n".join(lines) + "\n"
 
 
