@@ -34,7 +34,7 @@ def build_graph(rt: Runtime, checkpointer):
     g = StateGraph(RunState)
     for name, module in STEPS.items():
         g.add_node(name, partial(_logged, rt, name, module.step))
-    g.add_conditional_edges(START, train.start, ["train", "diagnose"])
+    g.add_conditional_edges(START, partial(train.start, rt), ["train", "diagnose", "keep_discard"])
     g.add_conditional_edges("train", partial(train.after, rt), ["diagnose", "librarian", "keep_discard"])
     g.add_edge("keep_discard", "librarian")
     g.add_edge("diagnose", "critique")

@@ -79,9 +79,10 @@ def test_the_last_phase_goes_straight_to_the_librarian_and_a_raised_budget_runs_
     assert train.after(rt(3, final_round=True), RunState(phase=3)) == "diagnose"
     assert train.after(rt(3, "static"), RunState(phase=2)) == "librarian"
     assert train.after(rt(3, "keep_discard"), RunState(phase=3)) == "keep_discard"
-    assert train.start(RunState(phase=3, round_due=True)) == "diagnose"  # `evotrainer run --phases 4`
-    assert train.start(RunState(phase=3)) == "train"
-    assert train.start(RunState()) == "train"
+    assert train.start(rt(3), RunState(phase=3, round_due=True)) == "diagnose"  # `evotrainer run --phases 4`
+    assert train.start(rt(3, "keep_discard"), RunState(phase=3, round_due=True)) == "keep_discard"  # its next edit
+    assert train.start(rt(3), RunState(phase=3)) == "train"
+    assert train.start(rt(3), RunState()) == "train"
 
 
 def test_promotion_policy_takes_the_largest_margin_and_never_two_edits_to_one_file():

@@ -110,6 +110,34 @@ def test_the_last_phase_ends_the_run_and_a_raised_budget_runs_its_waiting_round_
 
 
 @pytest.mark.slow
+def test_keep_discard_judges_the_last_phase_but_leaves_its_next_edit_to_a_raised_budget(tmp_path: Path, cli_env):
+    """The keep/discard baseline ends like the evolving loop: its last phase's edit is kept or discarded, but no
+    next edit is committed onto main after it (nothing would train on it); a raised budget commits it first."""
+    import git
+
+    run_dir = tmp_path / "run"
+    cli(init_args(run_dir, phases=1, extra=["evolution.final_round=false", "evolution.mode=keep_discard"]), cli_env)
+    cli(["run", str(run_dir)], cli_env)
+    nodes = [(e["node"], e["phase"]) for e in events(run_dir) if e["kind"] == "node"]
+    assert nodes == [("train", 1), ("keep_discard", 1), ("librarian", 1)], nodes
+    main = git.Repo(run_dir / "harness").commit("main")
+    assert len(list(main.iter_parents())) == 0  # main is still the seed harness: no untrained edit on it
+
+    cli(["run", str(run_dir), "--phases", "3"], cli_env)
+    nodes = [(e["node"], e["phase"]) for e in events(run_dir) if e["kind"] == "node"]
+    assert nodes[3:5] == [("keep_discard", 1), ("librarian", 1)], nodes  # the waiting edit, first
+    assert nodes[5:] == [("train", 2), ("keep_discard", 2), ("librarian", 2),
+                         ("train", 3), ("keep_discard", 3), ("librarian", 3)], nodes
+    verdicts = [(e["phase"], e["branch"]) for e in events(run_dir) if e["kind"] == "keep_discard"]
+    assert verdicts == [(2, "candidates/phase-1-kd"), (3, "candidates/phase-2-kd")]  # each edit judged once
+    subjects = [c.summary for c in git.Repo(run_dir / "harness").iter_commits("main", first_parent=True)]
+    assert any(s.startswith("Try candidates/phase-2-kd") for s in subjects), subjects
+    assert not any("phase-3-kd" in s for s in subjects), subjects  # the last phase's edit waits again
+    status = json.loads(cli(["status", str(run_dir), "--json"], cli_env).stdout)
+    assert status["state"] == "done" and status["phase"] == 3, status
+
+
+@pytest.mark.slow
 def test_a_trainer_service_killed_mid_phase_is_restarted_and_the_run_finishes(tmp_path: Path, cli_env):
     run_dir = tmp_path / "run"
     cli(init_args(run_dir, phases=2), cli_env)

@@ -1,9 +1,12 @@
 """The keep/discard step (``evolution.mode: keep_discard``): the scalar loop of autoresearch-style systems.
 
 A baseline for ``evotrainer bench``, not the product: after each phase, the edit the phase trained on is kept if
-held-out accuracy rose against the phase before, and reverted (by a new commit) otherwise; then the next edit of
-the domain's playbook that applies to main is committed straight onto main for the next phase. No diagnosis, no
-backtest, no trial: this is what EvoTrainer's gate is measured against.
+held-out accuracy rose against the phase before, and reverted (by a new commit) otherwise (the verdict is the
+promotion's ``effect``); then the next edit of the domain's playbook that applies to main is committed straight
+onto main for the next phase. No diagnosis, no backtest, no trial: this is what EvoTrainer's gate is measured
+against. As in the evolving loop, after the last phase (unless ``evolution.final_round``) the verdict is made but
+no next edit: no phase would train on it, and main would end on an edit nothing tested. That half of the step
+waits (``round_due``) and runs first when ``evotrainer run --phases N`` raises the budget.
 """
 
 from __future__ import annotations
@@ -19,17 +22,20 @@ from evotrainer.rollouts import level_history
 def step(rt: Runtime, state: RunState) -> dict:
     promotions = list(state.promotions)
     last = next((i for i, p in enumerate(promotions) if p.phase == state.phase - 1), None)
-    if last is not None and len(state.results) >= 2 and not promotions[last].reverted_sha:
-        rose = state.results[-1].eval.accuracy > state.results[-2].eval.accuracy
-        promo = promotions[last]
-        rt.emit("keep_discard", phase=state.phase, branch=promo.branch, kept=rose,
-                accuracy=[state.results[-2].eval.accuracy, state.results[-1].eval.accuracy])
-        if not rose:
+    if last is not None and len(state.results) >= 2 and not promotions[last].effect:  # judged once
+        before, after = (r.eval.accuracy for r in state.results[-2:])
+        promo, rose = promotions[last], after > before
+        rt.emit("keep_discard", phase=state.phase, branch=promo.branch, kept=rose, accuracy=[before, after])
+        verdict = f"{'kept' if rose else 'discarded'}: held-out accuracy {before:.1%} -> {after:.1%}"
+        promotions[last] = promo = promo.model_copy(update={"effect": verdict})
+        if not rose and not promo.reverted_sha:
             sha = rt.repo.revert(promo.main_sha, f"Discard {promo.branch}: {promo.candidate.variable}",
                                  "held-out accuracy did not rise", {"Reason": "keep/discard: accuracy did not rise"})
             promotions[last] = promo.model_copy(update={"reverted_sha": sha})
     if any(p.phase == state.phase for p in promotions):  # this phase's edit is made (a re-run after a kill)
-        return {"promotions": promotions}
+        return {"promotions": promotions, "round_due": False}
+    if state.phase >= rt.cfg.phases and not rt.cfg.evolution.final_round:
+        return {"promotions": promotions, "round_due": True}  # no phase would train on a next edit: it waits
     main = rt.repo.sha("main")
     files = {name: rt.repo.show_file(main, name) for name in HARNESS_FILES}
     tried = {p.candidate.intervention for p in promotions}
@@ -51,4 +57,4 @@ def step(rt: Runtime, state: RunState) -> dict:
                                     candidate=cand, failure_mode="none"))
         rt.emit("promoted", phase=state.phase, branch=branch, main_sha=main_sha, variable=cand.variable)
         break
-    return {"promotions": promotions}
+    return {"promotions": promotions, "round_due": False}

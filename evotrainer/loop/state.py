@@ -30,8 +30,9 @@ class RunState(BaseModel):
     held: dict[str, str] = Field(default_factory=dict, description="passing branches not promoted, and why")
     promotions: list[Promotion] = Field(default_factory=list, description="every promotion of the run")
     round_due: bool = Field(
-        False, description="this phase's evolution round has not run yet (set by training, cleared by the diagnosis;"
-        " it waits after the last phase unless evolution.final_round, and a raised budget runs it first)")
+        False, description="this phase's evolution round has not run yet (set by training, cleared by the diagnosis"
+        " or by keep/discard's next edit; it waits after the last phase unless evolution.final_round, and a raised"
+        " budget runs it first)")
     feedback: str = Field("", description="a person's request at the gate (--revise), for the Engineer's next round")
     withdrawn: list[str] = Field(default_factory=list, description="branches a person sent back for revision")
     no_effect: dict[str, list[str]] = Field(

@@ -7,7 +7,8 @@ Safe to re-run after a kill: the service never trains a published phase twice.
 
 Routers: ``after`` sends the run on to the phase's evolution round, or, after the last phase (unless
 ``evolution.final_round``), straight to the Librarian: nothing would train on what that round promotes. The round
-then waits (``round_due``), and ``start`` runs it first when ``evotrainer run --phases N`` raises the budget.
+then waits (``round_due``), and ``start`` runs it first when ``evotrainer run --phases N`` raises the budget (the
+keep/discard loop, ``loop/keep_discard.py``, waits the same way for its next edit).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def step(rt: Runtime, state: RunState) -> dict:
     rt.evidence.forget_before(phase - keep + 1)
     return {"phase": phase, "results": [*state.results, result], "diagnoses": [], "evidence_round": 0,
             "engineer_round": 0, "candidates": [], "round_branches": [], "reports": [], "held": {},
-            "round_due": rt.cfg.evolution.mode == "evolve"}
+            "round_due": rt.cfg.evolution.mode != "static"}
 
 
 def after(rt: Runtime, state: RunState) -> str:
@@ -51,6 +52,8 @@ def after(rt: Runtime, state: RunState) -> str:
     return {"evolve": "diagnose", "static": "librarian", "keep_discard": "keep_discard"}[mode]
 
 
-def start(state: RunState) -> str:
+def start(rt: Runtime, state: RunState) -> str:
     """Where a run (or a raised budget) starts: the round the last phase left waiting, else the next phase."""
-    return "diagnose" if state.round_due else "train"
+    if not state.round_due:
+        return "train"
+    return "keep_discard" if rt.cfg.evolution.mode == "keep_discard" else "diagnose"
