@@ -1,0 +1,83 @@
+"""The Librarian's step (``evotrainer/loop/librarian.py``) joins the realized effect to what the run keeps: a loss
+beyond the counterfactual's margin is rolled back by a new commit on main (history kept, the reason in a trailer)
+and counts as a use without a win; a gain beyond it is the skill's win; within it, neither. Measured once.
+
+The run directory, harness repo, skill store (Chroma) and events log are real (``tests/backtest_world.py``, no
+training); the counterfactual's held-out pairs are given, since training them is ``tests/test_counterfactual.py``'s.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evotrainer.contracts import EvalResult, PhaseResult, Promotion
+from evotrainer.loop import librarian
+from evotrainer.loop.state import RunState
+from evotrainer.rollouts import write_rollouts
+from tests.backtest_world import make_run, phase_rows
+from tests.test_backtest_step import candidate, runtime
+
+
+def _eval(correct: set[int], n: int = 300) -> EvalResult:
+    return EvalResult(accuracy=len(correct) / n, n=n, items={f"eval-{i}": float(i in correct) for i in range(n)})
+
+
+def _result(phase: int, sha: str, ev: EvalResult) -> PhaseResult:
+    return PhaseResult(phase=phase, harness_sha=sha, steps=6, eval=ev, rollout_path="", checkpoint_path="",
+                       wall_time_s=1.0, tokens=10)
+
+
+@pytest.mark.parametrize("with_edit, without, verdict", [
+    (set(range(110)), set(range(150)), "lost"),  # 40 held-out tasks fewer with the edit: a loss beyond the margin
+    (set(range(150)), set(range(110)), "won"),
+    (set(range(0, 300, 2)), set(range(1, 300, 2)), "none"),  # as many gained as lost: no measurable effect
+])
+def test_the_realized_effect_decides_rollback_and_the_skill_s_win(tmp_path: Path, monkeypatch, with_edit, without,
+                                                                   verdict):
+    from evotrainer.contracts import Rollout
+
+    rd = make_run(tmp_path / "run")
+    write_rollouts([Rollout(**r) for r in phase_rows(rd, 2)], rd.rollout_file(2))
+    rt = runtime(rd, trainer=None)
+    try:
+        repo = rt.repo
+        seed_main = repo.sha("main")
+        knobs = repo.show_file("main", "harness.yaml").replace("temperature: 1.0 ", "temperature: 1.3 ")
+        cand = candidate(repo, "warmer", {"harness.yaml": knobs}, "harness.yaml:temperature")
+        merged = repo.promote(cand.branch, f"Promote {cand.branch}", "test", {})
+        promo = Promotion(phase=1, branch=cand.branch, sha=cand.sha, main_sha=merged, candidate=cand,
+                          failure_mode="dead_groups", statement="many groups are all wrong")
+        after = _result(2, merged, _eval(with_edit))
+        asked = []
+
+        def pairs(rt_, promo_, after_):
+            asked.append((promo_.branch, after_.phase))
+            return [(_eval(without), after_.eval)]  # (the old main from the same checkpoint, the phase itself)
+
+        monkeypatch.setattr(librarian, "counterfactual", pairs)
+        state = RunState(phase=2, results=[_result(1, seed_main, _eval(set(range(120)))), after],
+                         promotions=[promo], candidates=[cand])
+        update = librarian.step(rt, state)
+        done = update["promotions"][0]
+        # measured once: the step run again (a resumed node, or the waiting round) neither measures nor reverts again
+        again = librarian.step(rt, state.model_copy(update=update))["promotions"][0]
+        skill = rt.agents.librarian.store.get(f"dead_groups:{cand.intervention}")
+        main = repo.repo.commit("main")
+    finally:
+        rt.close()
+
+    assert asked == [(cand.branch, 2)] and again == done
+    assert ("loss: rolled back" in done.effect) == (verdict == "lost") and done.effect
+    assert json.loads(repo.repo.git.notes("--ref=effect", "show", cand.sha))["won"] == (verdict == "won")
+    assert (skill.uses, skill.wins) == (1, int(verdict == "won"))  # a win only beyond the paired margin
+    if verdict == "lost":
+        assert done.reverted_sha == main.hexsha and main.parents[0].hexsha == merged  # a new commit, history kept
+        assert main.message.startswith(f"Roll back {cand.branch}: harness.yaml:temperature")
+        assert "Reason: held-out accuracy -13.3% (95% CI" in main.message and f"Candidate: {cand.sha}" in main.message
+        assert "temperature: 1.0 " in repo.show_file("main", "harness.yaml")  # the seed's value is back
+        assert [e["kind"] for e in map(json.loads, rd.events_path.read_text().splitlines())].count("rolled_back") == 1
+    else:
+        assert not done.reverted_sha and main.hexsha == merged
