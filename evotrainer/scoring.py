@@ -17,8 +17,8 @@ produces, or the judge judges a different harness from the one that trains. So b
     trains(kept, masked)                   a rollout trains when the filters keep it and it is not masked
     trained(row)                           the same rule on a logged rollout row
 
-``tests/test_scoring.py`` replays main on a trained phase's rollouts and checks it reproduces the logged rewards,
-advantages and kept flags exactly. Run ``python -m evotrainer.scoring`` to print the advantages of a toy batch.
+``tests/test_trainer.py`` (test_replay_reproduces_what_training_logged) replays main on a trained phase's rollouts
+and checks it reproduces the logged rewards, advantages and kept flags exactly. Run ``python -m evotrainer.scoring`` to print the advantages of a toy batch.
 """
 
 from __future__ import annotations
@@ -30,7 +30,13 @@ from evotrainer.harness import Knobs
 
 
 def total_reward(components: Mapping[str, float], knobs: Knobs) -> float:
-    """The reward a rollout trains with: ``reward_scale`` x the ``reward_weights``-weighted sum of components."""
+    """The reward a rollout trains with: ``reward_scale`` x the ``reward_weights``-weighted sum of components (a
+    component without a weight counts once). A weight that names no component of rewards.py would do nothing: it
+    raises ValueError, one line naming it, in training and in replay alike."""
+    unused = sorted(set(knobs.reward_weights) - set(components))
+    if unused:
+        raise ValueError(f"harness.yaml: reward_weights.{unused[0]} names no reward component (rewards.py's "
+                         f"COMPONENTS: {', '.join(sorted(components)) or 'none'}), so it would weigh nothing")
     return float(knobs.reward_scale * sum(knobs.reward_weights.get(k, 1.0) * v for k, v in components.items()))
 
 

@@ -163,3 +163,17 @@ def test_the_optimizer_state_carries_into_the_next_phase(run_dir):
     # constant schedule: no decay inside a phase, the harness's own rate throughout
     rate = parse_knobs(repo.show_file("main", "harness.yaml")).learning_rate
     assert carried.train["learning_rate"] == pytest.approx(rate)
+
+
+def test_a_reward_weight_that_names_no_component_is_refused_in_training_and_replay():
+    """Both call ``scoring.total_reward``: a weight for a component rewards.py does not define would weigh nothing
+    (and would let the only real component's weight pass the rule above), so it fails in one line."""
+    from evotrainer.harness import seed_dir
+    from evotrainer.scoring import total_reward
+
+    seed = (seed_dir("math") / "harness.yaml").read_text()
+    knobs = parse_knobs(seed.replace("  correct: 1.0", "  correct: 2.0\n  corect: 1.0"))  # a typo beside it
+    with pytest.raises(ValueError, match=r"^harness.yaml: reward_weights.corect names no reward component "
+                                         r"\(rewards.py's COMPONENTS: correct\)"):
+        total_reward({"correct": 1.0}, knobs)
+    assert total_reward({"correct": 1.0, "short": -0.5}, parse_knobs(seed)) == 0.5  # an unweighted one counts once
