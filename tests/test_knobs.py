@@ -177,3 +177,58 @@ def test_a_reward_weight_that_names_no_component_is_refused_in_training_and_repl
                                          r"\(rewards.py's COMPONENTS: correct\)"):
         total_reward({"correct": 1.0}, knobs)
     assert total_reward({"correct": 1.0, "short": -0.5}, parse_knobs(seed)) == 0.5  # an unweighted one counts once
+
+
+def test_the_schedule_is_the_run_s_and_a_phase_boundary_does_not_restart_it():
+    from evotrainer.trainer.hooks import lr_multiplier
+    from evotrainer.trainer.wire import PhaseRequest
+
+    def knobs(**changes) -> Knobs:
+        from evotrainer.harness import seed_dir
+
+        text = (seed_dir("math") / "harness.yaml").read_text()
+        for key, value in changes.items():
+            text = "\n".join(f"{key}: {value}" if line.startswith(f"{key}:") else line for line in text.splitlines())
+        return parse_knobs(text)
+
+    assert {lr_multiplier(knobs(), s, 120) for s in (0, 60, 500)} == {1.0}  # constant by default
+    warm = knobs(warmup_steps=10)
+    assert [lr_multiplier(warm, s, 120) for s in (0, 4, 9, 10)] == [0.1, 0.5, 1.0, 1.0]
+    for schedule in ("linear", "cosine"):
+        k = knobs(lr_schedule=schedule)
+        assert lr_multiplier(k, 0, 120) == 1.0 and lr_multiplier(k, 60, 120) == pytest.approx(0.55)
+        assert lr_multiplier(k, 120, 120) == pytest.approx(0.1) == lr_multiplier(k, 500, 120)  # a tenth, then held
+    # three phases of 40: phase 2 starts where phase 1 ended (run step 40 follows 39), not at the top again
+    cfg = C.apply_overrides(C.parse({}), ["phases=3", "training.steps_per_phase=40"])
+    reqs = [PhaseRequest.make(cfg, "/r", p, "a" * 40, f"/ckpt/{p - 1}", 40, base_policy="/base") for p in (1, 2, 3)]
+    assert [(r.step_offset, r.run_steps) for r in reqs] == [(0, 120), (40, 120), (80, 120)]
+    k = knobs(lr_schedule="linear")
+    end_of_1, start_of_2 = (lr_multiplier(k, reqs[p].step_offset + s, reqs[p].run_steps) for p, s in ((0, 39), (1, 0)))
+    assert end_of_1 > start_of_2 > end_of_1 - 0.01
+
+
+def test_the_kl_reference_is_the_run_s_starting_policy_unless_the_config_says_each_phase_s_start(run_dir, baselines):
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from evotrainer.trainer.wire import PhaseRequest
+
+    base = str(run_dir.root / "policy" / "base")
+    for which, expected in (("base", base), ("phase_start", "/ckpt/1")):
+        cfg = C.apply_overrides(C.parse({}), [f"training.kl_reference={which}"])
+        assert PhaseRequest.make(cfg, "/r", 2, "a" * 40, "/ckpt/1", 4, base_policy=base).reference_checkpoint == expected
+    # and the reference reaches TRL's KL term: the same phase against another reference trains other weights
+    other = run_dir.scratch / "other-reference"
+    if not other.exists():
+        model = AutoModelForCausalLM.from_pretrained(base)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(0.9)
+        model.save_pretrained(other)
+        shutil.copy(run_dir.root / "policy" / "base" / "tokenizer.json", other)
+    sha = _harness(HarnessRepo(run_dir.harness), "kl-ref", {"beta": 0.5})
+    near = _weights_after(run_dir, sha, "kl-base", reference_checkpoint=base)
+    assert all(torch.equal(near[k], v) for k, v in _weights_after(run_dir, sha, "kl-base2").items())  # "" = init
+    far = _weights_after(run_dir, sha, "kl-other", reference_checkpoint=str(other))
+    assert any(not torch.equal(near[k], far[k]) for k in near)
