@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from evotrainer import config as config_mod
 from evotrainer.console import Reporter
@@ -243,8 +242,9 @@ def markdown(summary: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     total = sum(e["wall_s"] for e in summary["arms"].values())
     lines += ["", f"Runs' wall time {total:.0f} s in all (building the starting policy excluded); outside training = "
-              "agents, backtests, trials, counterfactuals, evaluation and orchestration. Paired per held-out task and "
-              "per seed (all arms of a seed are scored on the same tasks); the interval bootstraps seeds, then tasks."]
+              "agents, backtests, trials, counterfactuals, the starting policy's evaluation and orchestration (a "
+              "phase's own held-out evaluation counts with its training). Paired per held-out task and per seed (all "
+              "arms of a seed are scored on the same tasks); the interval bootstraps seeds, then tasks."]
     if reruns := [a for a in static_runs(summary["arms"]) if a != "static"]:
         lines += ["", f"{', '.join(reruns)} {'is' if len(reruns) == 1 else 'are'} static trained again with other "
                   "training randomness: any difference they show is training noise, so an arm's gain means little "
@@ -264,10 +264,7 @@ def load_tasks(path: Path | None) -> dict | None:
     """The ``--tasks`` file: a YAML mapping of config overrides applied to every arm."""
     if path is None:
         return None
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise config_mod.ConfigError(f"--tasks {path}: {err}") from None
+    data = config_mod.read_yaml(path, f"--tasks {path}")
     if not isinstance(data, dict):
         raise config_mod.ConfigError(f"--tasks {path}: expected a mapping of config keys")
     config_mod.parse(data, f"--tasks {path}")  # a wrong key fails here, with its name

@@ -315,15 +315,27 @@ def parse(data: dict[str, Any] | None, source: str = "config") -> Config:
         raise ConfigError(_format(err, source)) from None
 
 
-def load(path: str | Path) -> Config:
+def read_yaml(path: str | Path, what: str) -> Any:
+    """A user's YAML file (a config, a bench's ``--tasks``), parsed; ConfigError in one line naming ``what`` when it
+    is missing, unreadable or not valid YAML (the parser's problem and where it is)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
+        raise ConfigError(f"{what}: no such file")
     try:
-        data = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{what}: cannot be read: {err}") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    return parse(data, str(path))
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError(f"{what}: not valid YAML: {problem}{where}") from None
+
+
+def load(path: str | Path) -> Config:
+    if not Path(path).is_file():
+        raise ConfigError(f"{path}: no such config file")
+    return parse(read_yaml(path, str(path)), str(path))
 
 
 def apply_overrides(cfg: Config, overrides: list[str]) -> Config:

@@ -164,3 +164,35 @@ def test_a_bench_folder_made_with_other_settings_is_refused_before_anything_trai
     # ... and so is one whose name (a label) differs: a run made by hand with an arm's settings, copied in
     renamed = _config("static", 0, 2, None, [*small, "training.steps_per_phase=500"]).model_copy(update={"name": "x"})
     check_same_settings(made, renamed)
+
+
+def test_a_task_mix_file_reaches_every_arm_s_training_pool_and_held_out_split(tmp_path):
+    """``--tasks FILE``: config overrides (here a task mix) applied to every arm, so the same bench runs on another
+    mix; a wrong key or a file that is not a mapping fails in one line naming the file."""
+    from collections import Counter
+
+    from evotrainer import config as C
+    from evotrainer.bench import _config, load_tasks
+    from evotrainer.rundir import RunDir
+
+    mix = tmp_path / "mix.yaml"
+    mix.write_text('tasks: {mix: {"1": 1, "4": 3}}\n')
+    tasks = load_tasks(mix)
+    assert load_tasks(None) is None
+    small = ["training.eval_size=400", "training.train_pool_size=400"]
+    for arm in ("static", "evotrainer"):
+        cfg = _config(arm, 1, 2, tasks, small)
+        assert cfg.tasks.mix == {"1": 1.0, "4": 3.0} and cfg.seed == 1
+    rd = RunDir(tmp_path / "run")
+    rd.init(_config("static", 1, 2, tasks, small), log=lambda _: None)
+    for split in (rd.train_tasks(), rd.eval_tasks()):
+        levels = Counter(t["difficulty"] for t in split)
+        assert set(levels) == {"1", "4"} and abs(levels["4"] / levels["1"] - 3) < 0.1, levels  # 1 : 3
+    for text, says in (("tasks: {mixx: {}}\n", "tasks.mixx"), ("- 1\n", "expected a mapping of config keys"),
+                       ("tasks: {mix: [\n", "--tasks")):
+        mix.write_text(text)
+        with pytest.raises(C.ConfigError, match=says) as err:
+            load_tasks(mix)
+        assert str(mix) in str(err.value) and "\n" not in str(err.value).strip()
+    with pytest.raises(C.ConfigError, match="--tasks"):
+        load_tasks(tmp_path / "missing.yaml")

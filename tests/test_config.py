@@ -82,8 +82,9 @@ def test_missing_and_malformed_files(tmp_path: Path):
         C.load(tmp_path / "absent.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("training: [1, 2\n")
-    with pytest.raises(C.ConfigError, match="not valid YAML"):
-        C.load(bad)
+    with pytest.raises(C.ConfigError, match=r"bad.yaml: not valid YAML: expected ',' or ']', but got '<stream end>' "
+                                            r"\(line 2, column 1\)$"):
+        C.load(bad)  # one line: the parser's problem and where
     bad.write_text("- 1\n- 2\n")
     with pytest.raises(C.ConfigError, match="expected a mapping"):
         C.load(bad)
