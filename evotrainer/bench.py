@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from evotrainer import config as config_mod
 from evotrainer.console import Reporter
 from evotrainer.history import phase_results
