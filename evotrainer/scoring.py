@@ -17,8 +17,9 @@ produces, or the judge judges a different harness from the one that trains. So b
     trains(kept, masked)                   a rollout trains when the filters keep it and it is not masked
     trained(row)                           the same rule on a logged rollout row
 
-``tests/test_trainer.py`` (test_replay_reproduces_what_training_logged) replays main on a trained phase's rollouts
-and checks it reproduces the logged rewards, advantages and kept flags exactly. Run ``python -m evotrainer.scoring`` to print the advantages of a toy batch.
+``tests/test_scoring.py`` works these numbers by hand; ``tests/test_trainer.py`` (test_replay_reproduces_what_
+training_logged) replays main on a trained phase's rollouts and checks it reproduces the logged rewards, advantages
+and kept flags exactly. Run ``python -m evotrainer.scoring`` to print the advantages of a toy batch.
 """
 
 from __future__ import annotations
