@@ -230,7 +230,8 @@ def test_the_kl_reference_is_the_run_s_starting_policy_unless_the_config_says_ea
     base = str(run_dir.root / "policy" / "base")
     for which, expected in (("base", base), ("phase_start", "/ckpt/1")):
         cfg = C.apply_overrides(C.parse({}), [f"training.kl_reference={which}"])
-        assert PhaseRequest.make(cfg, "/r", 2, "a" * 40, "/ckpt/1", 4, base_policy=base).reference_checkpoint == expected
+        req = PhaseRequest.make(cfg, "/r", 2, "a" * 40, "/ckpt/1", 4, base_policy=base)
+        assert req.reference_checkpoint == expected
     # and the reference reaches TRL's KL term: the same phase against another reference trains other weights
     other = run_dir.scratch / "other-reference"
     if not other.exists():

@@ -1,16 +1,16 @@
 """Step 5: the Backtester judges this round's candidates; the checks are framework code (``evotrainer/backtest.py``).
 
 :class:`Bench` is what the loop lends the Backtester agent: the replay checks against main (main replayed once per
-phase, from the evidence cache), which are the safety checks and the "effect" check, and then the decision, an
-A/B trial through the trainer service: from this phase's checkpoint main and the candidate each train
-``backtest.trial_steps`` generated batches with the same seeds and tasks (``trial_seeds`` replicates; main's arm
-is trained once per phase) and are scored on the probe split of the training pool, paired per task. A trial that
-fails in the trainer is a rejection with its reason, never a crash, and so is any other exception judging one
-candidate ("could not judge: <one line>", ``evotrainer.backtest.could_not_judge``): the other candidates are still
-judged and the run goes on. Only what stops the run on purpose passes through: a pause (``RunPaused``: an LLM
-budget spent; LangGraph's interrupts) and KeyboardInterrupt/SystemExit. Each report is stored as the candidate's
-``backtest`` git note. Router ``route``: back to the Engineer (with the reasons) when nothing passed and rounds
-are left, else to promote.
+phase, from the evidence cache), which are the safety checks and the "effect" check, and then the decision, an A/B
+trial through the trainer service: from this phase's checkpoint main and the candidate each train
+``backtest.trial_steps`` generated batches with the same seeds and tasks (``trial_seeds`` replicates; main's arm is
+trained once per phase: the trainer service answers a repeated request with its finished job) and are scored on the
+probe split of the training pool, paired per task. A trial that fails in the trainer is a rejection with its reason,
+never a crash, and so is any other exception judging one candidate ("could not judge: <one line>",
+``evotrainer.backtest.could_not_judge``): the other candidates are still judged and the run goes on. Only what stops
+the run on purpose passes through: a pause (``RunPaused``: an LLM budget spent; LangGraph's interrupts) and
+KeyboardInterrupt/SystemExit. Each report is stored as the candidate's ``backtest`` git note. Router ``route``: back
+to the Engineer (with the reasons) when nothing passed and rounds are left, else to promote.
 """
 
 from __future__ import annotations
