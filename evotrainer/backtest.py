@@ -41,8 +41,7 @@ from typing import Iterator
 from evotrainer.config import BacktestConfig, SandboxConfig
 from evotrainer.contracts import BacktestReport, Candidate, Check
 from evotrainer.harness import HarnessRepo, KnobsError, read_knobs
-from evotrainer.metrics import bootstrap_groups, stdev
-from evotrainer.replay import METRICS, mixed, registry, replay
+from evotrainer.replay import METRICS, mixed, noise_floor, registry, replay
 from evotrainer.rollouts import SPREAD_EPS
 from evotrainer.safety import attempts_check, safety_checks
 from sandbox import HarnessError, HarnessWorker, run_selftest
@@ -198,7 +197,7 @@ def _metric_checks(base: dict, cand: dict, candidate: Candidate, bootstrap: int,
     b_mix, c_mix = (base["mix"], cand["mix"]) if cand["mix"] != base["mix"] else (None, None)
     bv = mixed(b_rows, stat, b_mix)
     cv = mixed(c_rows, stat, c_mix)
-    noise = 1.96 * stdev(bootstrap_groups(b_rows, lambda rs: mixed(rs, stat, b_mix), bootstrap))
+    noise = noise_floor(b_rows, target, b_mix, bootstrap)
     gain = (cv - bv) if candidate.direction == "up" else (bv - cv)
     moved = gain > noise and gain > SPREAD_EPS
     detail = "" if moved else f"moved {gain:+.4f} in the promised direction; noise floor {noise:.4f}"

@@ -13,7 +13,7 @@ import random
 from typing import Callable, TypeVar
 
 from evotrainer.contracts import MetricEvidence
-from evotrainer.rollouts import groups_of
+from evotrainer.rollouts import groups_of, ratio
 
 T = TypeVar("T")
 
@@ -64,17 +64,6 @@ def bootstrap_groups(rollouts: list[dict], stat: Callable[[list[dict]], T], resa
     return out
 
 
-def difference_noise(base: list[dict], candidate: list[dict], stats: Callable[[list[dict]], dict[str, float]],
-                     resamples: int = 200) -> dict[str, float]:
-    """Per figure of ``stats``: 1.96 x the bootstrap standard deviation of its candidate - base difference, for
-    two independent samples. All figures come from the same resamples, so each resample is computed once."""
-    on_base = bootstrap_groups(base, stats, resamples)
-    on_cand = bootstrap_groups(candidate, stats, resamples, seed=1)
-    keys = (on_base or on_cand or [{}])[0]
-    return {k: 1.96 * math.sqrt(stdev([b[k] for b in on_base]) ** 2 + stdev([c[k] for c in on_cand]) ** 2)
-            for k in keys}
-
-
 def interval(values: list[float]) -> tuple[float, float]:
     s = sorted(values)
     lo = s[int(0.025 * (len(s) - 1))]
@@ -100,16 +89,11 @@ def ratio_evidence(name: str, rollouts: list[dict], per_group: Callable[[list[di
     statistic over relabelled rows (``bootstrap_groups``) while giving the same interval.
     """
     pairs = [per_group(g) for g in groups_of(rollouts).values()]
-
-    def ratio(ps: list[tuple[float, float]]) -> float:
-        den = sum(d for _, d in ps)
-        return sum(n for n, _ in ps) / den if den else empty
-
-    value = ratio(pairs)
+    value = ratio(pairs, empty)
     if not pairs:
         return MetricEvidence(name=name, value=value, low=0.0, high=1.0, n=0, threshold=threshold)
     rng = random.Random(seed)
-    lo, hi = interval([ratio(rng.choices(pairs, k=len(pairs))) for _ in range(resamples)])
+    lo, hi = interval([ratio(rng.choices(pairs, k=len(pairs)), empty) for _ in range(resamples)])
     return MetricEvidence(name=name, value=value, low=min(lo, value), high=max(hi, value), n=len(pairs),
                           threshold=threshold)
 

@@ -109,6 +109,38 @@ def is_dead(group: list[dict]) -> bool:
     return not rewards or max(rewards) - min(rewards) < SPREAD_EPS
 
 
+# the figures of group_stats that are ratios of per-group sums, and their value when no group counts (denominator 0)
+RATIO_FIGURES = {"reward_mean": 0.0, "dead_group_ratio": 0.0, "kept_dead_ratio": 1.0, "kept_fraction": 0.0,
+                 "signal_fraction": 0.0, "truncation_rate": 0.0, "verified_rate": 0.0, "completion_tokens_mean": 0.0}
+
+
+def group_parts(group: list[dict]) -> dict[str, tuple[float, float]]:
+    """One group's share of each ratio figure of :func:`group_stats`, as (numerator, denominator): over any set of
+    whole groups a figure is the sum of their numerators over the sum of their denominators, so a bootstrap over
+    groups only adds these up (``evotrainer.replay.noise_floor``)."""
+    n = float(len(group))
+    kept = [r for r in group if r["kept"]]
+    kept_dead = bool(kept) and is_dead(kept)
+    return {
+        "reward_mean": (sum(r["reward"] for r in group), n),
+        "dead_group_ratio": (float(is_dead(group)), 1.0),
+        "kept_dead_ratio": (float(kept_dead), float(bool(kept))),
+        "kept_fraction": (float(len(kept)), n),
+        "signal_fraction": (0.0 if kept_dead else float(len(kept)), n),
+        "truncation_rate": (float(sum(r["truncated"] for r in group)), n),
+        "verified_rate": (float(sum(r["verified"] for r in group)), n),
+        "completion_tokens_mean": (float(sum(r["completion_tokens"] for r in group)), n),
+    }
+
+
+def ratio(parts: Iterable[tuple[float, float]], empty: float = 0.0) -> float:
+    """Sum of numerators over sum of denominators; ``empty`` when the denominators add up to 0."""
+    num = den = 0.0
+    for a, b in parts:
+        num, den = num + a, den + b
+    return num / den if den else empty
+
+
 def group_stats(rollouts: list[dict]) -> dict[str, float]:
     """Training-signal figures of a set of rollouts (rows with reward, kept, truncated, verified, group_id).
 
@@ -116,30 +148,14 @@ def group_stats(rollouts: list[dict]) -> dict[str, float]:
     kept_dead_ratio    among groups that still train, those whose kept rewards are all equal
     kept_fraction      rollouts the filters let train
     signal_fraction    rollouts that train with a non-zero advantage (kept, in a group with reward spread)
+
+    Each ratio figure is built from the groups' :func:`group_parts`.
     """
-    n = len(rollouts)
-    if n == 0:
-        return {k: 0.0 for k in ("reward_mean", "dead_group_ratio", "kept_dead_ratio", "kept_fraction",
-                                 "signal_fraction", "truncation_rate", "verified_rate", "completion_tokens_mean",
-                                 "groups", "kept_groups")}
-    groups = groups_of(rollouts)
-    dead = sum(is_dead(g) for g in groups.values())
-    kept_groups = [[r for r in g if r["kept"]] for g in groups.values()]
-    kept_groups = [g for g in kept_groups if g]
-    kept_dead = sum(is_dead(g) for g in kept_groups)
-    signal = sum(len(g) for g in kept_groups if not is_dead(g))
-    return {
-        "reward_mean": sum(r["reward"] for r in rollouts) / n,
-        "dead_group_ratio": dead / len(groups),
-        "kept_dead_ratio": kept_dead / len(kept_groups) if kept_groups else 1.0,
-        "kept_fraction": sum(r["kept"] for r in rollouts) / n,
-        "signal_fraction": signal / n,
-        "truncation_rate": sum(r["truncated"] for r in rollouts) / n,
-        "verified_rate": sum(r["verified"] for r in rollouts) / n,
-        "completion_tokens_mean": sum(r["completion_tokens"] for r in rollouts) / n,
-        "groups": float(len(groups)),
-        "kept_groups": float(len(kept_groups)),
-    }
+    if not rollouts:
+        return {k: 0.0 for k in (*RATIO_FIGURES, "groups", "kept_groups")}
+    parts = [group_parts(g) for g in groups_of(rollouts).values()]
+    out = {name: ratio((p[name] for p in parts), empty) for name, empty in RATIO_FIGURES.items()}
+    return {**out, "groups": float(len(parts)), "kept_groups": sum(p["kept_dead_ratio"][1] for p in parts)}
 
 
 def level_history(rollouts: list[dict]) -> dict[str, dict]:

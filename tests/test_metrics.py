@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from evotrainer.metrics import bootstrap_groups, difference_noise, ratio_evidence, stdev, wilson
+from evotrainer.metrics import bootstrap_groups, ratio_evidence, stdev, wilson
 from evotrainer.rollouts import group_stats, is_dead
 
 
@@ -40,14 +40,6 @@ def test_ratio_evidence_matches_the_row_level_bootstrap():
     assert ev.value == dead(rows) and ev.n == 200
     assert ev.low == pytest.approx(ev.value - half, abs=0.02) and ev.high == pytest.approx(ev.value + half, abs=0.02)
     assert ratio_evidence("none", [], lambda g: (1, 1)).n == 0
-
-
-def test_noise_of_a_difference_of_two_independent_samples_is_wider_than_either():
-    base, cand = groups(200, 0.3, seed=1), groups(200, 0.3, seed=2)
-    one = 1.96 * stdev(bootstrap_groups(base, dead, 400))
-    assert difference_noise(base, cand, group_stats, 400)["dead_group_ratio"] == pytest.approx(one * math.sqrt(2),
-                                                                                             rel=0.2)
-    assert difference_noise([], [], group_stats) == {}
 
 
 def test_wilson_interval_contains_the_estimate_and_shrinks_with_n():
@@ -133,3 +125,67 @@ def test_gain_over_replicates_needs_replicates_and_the_same_seeds():
         gain_over_replicates({0: 0.3, 1: 0.2}, {0: [0.3], 1: [0.25]})
     with pytest.raises(ValueError, match="same seeds"):
         gain_over_replicates({0: 0.3}, {1: [0.3, 0.31]})
+
+
+def _replayed(n_groups: int, seed: int) -> list[dict]:
+    """Replayed rows of four levels: kept/trained/truncated decisions and advantages drawn at random."""
+    rng = random.Random(seed)
+    rows = []
+    for g in range(n_groups):
+        level = str(1 + g % 4)
+        p = {"1": 0.9, "2": 0.4, "3": 0.2, "4": 0.05}[level]
+        keep_group = rng.random() < 0.8
+        for k in range(4):
+            right = rng.random() < p
+            kept = keep_group and rng.random() < 0.9
+            rows.append({"group_id": f"g{g}", "difficulty": level, "reward": float(right), "verified": right,
+                         "kept": kept, "trained": kept and rng.random() < 0.95, "truncated": rng.random() < 0.1,
+                         "advantage": rng.uniform(-1, 1), "completion_tokens": rng.randrange(1, 9)})
+    return rows
+
+
+def test_figures_built_from_group_parts_are_the_figures_over_rows():
+    from evotrainer.replay import METRICS, PARTS
+
+    rows = _replayed(120, seed=3)
+    trained_view = [{**r, "kept": r["trained"]} for r in rows]
+    cut = [r for r in rows if r["truncated"] and r["trained"]]
+    expected = {
+        "dead_group_ratio": sum(is_dead(g) for g in _groups(rows)) / 120,
+        "kept_dead_ratio": group_stats(trained_view)["kept_dead_ratio"],
+        "signal_fraction": group_stats(trained_view)["signal_fraction"],
+        "kept_fraction": sum(r["trained"] for r in rows) / len(rows),
+        "trained_truncated_rate": len(cut) / len(rows),
+        "truncated_advantage": sum(r["advantage"] for r in cut) / len(cut),
+    }
+    assert sorted(PARTS) == sorted(expected)
+    assert {k: METRICS[k](rows) for k in expected} == pytest.approx(expected, rel=1e-12)
+    kept = [g for g in _groups(trained_view) if any(r["kept"] for r in g)]
+    assert expected["kept_dead_ratio"] == pytest.approx(
+        sum(is_dead([r for r in g if r["kept"]]) for g in kept) / len(kept))
+    assert {k: METRICS[k]([]) for k in expected} == {k: 0.0 for k in expected}
+    none_trained = [{**r, "trained": False} for r in rows]
+    assert METRICS["kept_dead_ratio"](none_trained) == 1.0 and METRICS["truncated_advantage"](none_trained) == 0.0
+
+
+def _groups(rows: list[dict]) -> list[list[dict]]:
+    from evotrainer.rollouts import groups_of
+
+    return list(groups_of(rows).values())
+
+
+@pytest.mark.parametrize("metric", ["dead_group_ratio", "kept_dead_ratio", "trained_truncated_rate",
+                                    "truncated_advantage"])
+@pytest.mark.parametrize("mix", [None, {"1": 0.1, "2": 0.4, "3": 0.4, "4": 0.1}])
+def test_the_noise_floor_from_group_parts_has_the_spread_of_the_row_bootstrap(metric, mix):
+    """The backtest's noise floor of a figure made of group parts adds the parts of each resample up; recomputing
+    the figure on each resample's rows (the generic path, for any figure) gives the same spread."""
+    from evotrainer.replay import METRICS, mixed, noise_floor
+
+    rows = _replayed(400, seed=5)
+    fast = noise_floor(rows, metric, mix, resamples=400)
+    slow = 1.96 * stdev(bootstrap_groups(rows, lambda rs: mixed(rs, METRICS[metric], mix), 400, seed=1))
+    assert fast > 0 and fast == pytest.approx(slow, rel=0.15)
+    assert noise_floor([], metric, mix, 50) == 0.0
+    # a figure without parts takes the generic path
+    assert noise_floor(rows, "verified_dropped", mix, 50) > 0
