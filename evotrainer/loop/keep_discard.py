@@ -6,7 +6,9 @@ promotion's ``effect``); then the next edit of the domain's playbook that applie
 onto main for the next phase. No diagnosis, no backtest, no trial: this is what EvoTrainer's gate is measured
 against. As in the evolving loop, after the last phase (unless ``evolution.final_round``) the verdict is made but
 no next edit: no phase would train on it, and main would end on an edit nothing tested. That half of the step
-waits (``round_due``) and runs first when ``evotrainer run --phases N`` raises the budget.
+waits (``round_due``) and runs first when ``evotrainer run --phases N`` raises the budget. The edits come from the
+built-in playbook in its order (what the built-in Engineer knows), whatever model ``agents.engineer`` names: an LLM
+Engineer needs diagnoses, which this baseline has none of by design.
 """
 
 from __future__ import annotations
