@@ -20,7 +20,7 @@ import pytest
 
 from agents import build_agents
 from evotrainer.console import Reporter
-from evotrainer.contracts import BacktestReport, Candidate
+from evotrainer.contracts import BacktestReport, Candidate, Promotion
 from evotrainer.harness import HarnessRepo
 from evotrainer.loop import backtest
 from evotrainer.loop.runtime import Runtime
@@ -50,6 +50,14 @@ def candidate(repo: HarnessRepo, name: str, edits: dict[str, str], variable: str
     cand = _declared(repo, name, variable, list(edits))
     cand.sha = repo.commit_candidate(cand.branch, cand.base_sha, edits, f"{variable}: {name}", "test", {})
     return cand
+
+
+def promoted(repo: HarnessRepo, name: str, temperature: float) -> Promotion:
+    """A temperature edit committed as a candidate and merged into main: the promotion made after phase 1."""
+    knobs = repo.show_file("main", "harness.yaml").replace("temperature: 1.0 ", f"temperature: {temperature} ")
+    cand = candidate(repo, name, {"harness.yaml": knobs}, "harness.yaml:temperature")
+    main = repo.promote(cand.branch, f"Promote {cand.branch}", "test", {})
+    return Promotion(phase=1, branch=cand.branch, sha=cand.sha, main_sha=main, candidate=cand)
 
 
 def knobs_folder(repo: HarnessRepo) -> Candidate:

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from evotrainer.contracts import Promotion
 from evotrainer.loop.librarian import counterfactual, realized_effect
 from evotrainer.rollouts import read_rollouts
 from tests.backtest_world import make_run
-from tests.test_backtest_step import candidate, runtime
+from tests.test_backtest_step import promoted, runtime
 
 
 @pytest.mark.slow
@@ -33,10 +32,8 @@ def test_the_counterfactual_trains_both_harnesses_again_at_every_further_seed(tm
         try:
             repo = rt.repo
             old_main = repo.sha("main")
-            knobs = repo.show_file("main", "harness.yaml").replace("temperature: 1.0 ", "temperature: 1.6 ")
-            cand = candidate(repo, "hot", {"harness.yaml": knobs}, "harness.yaml:temperature")
-            new_main = repo.promote(cand.branch, f"Promote {cand.branch}", "test", {})
-            promo = Promotion(phase=1, branch=cand.branch, sha=cand.sha, main_sha=new_main, candidate=cand)
+            promo = promoted(repo, "hot", 1.6)
+            new_main = promo.main_sha
             steps = rt.cfg.training.steps_per_phase
             after = trainer.run_phase(rt.request(2, new_main, steps))
             pairs = counterfactual(rt, promo, after)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from evotrainer.contracts import EvalResult, PhaseResult, Promotion
+from evotrainer.contracts import EvalResult, PhaseResult
 from evotrainer.loop import librarian
 from evotrainer.loop.state import RunState
 from evotrainer.rollouts import write_rollouts
 from tests.backtest_world import make_run, phase_rows
-from tests.test_backtest_step import candidate, runtime
+from tests.test_backtest_step import promoted, runtime
 
 
 def _eval(correct: set[int], n: int = 300) -> EvalResult:
@@ -45,11 +45,9 @@ def test_the_realized_effect_decides_rollback_and_the_skill_s_win(tmp_path: Path
     try:
         repo = rt.repo
         seed_main = repo.sha("main")
-        knobs = repo.show_file("main", "harness.yaml").replace("temperature: 1.0 ", "temperature: 1.3 ")
-        cand = candidate(repo, "warmer", {"harness.yaml": knobs}, "harness.yaml:temperature")
-        merged = repo.promote(cand.branch, f"Promote {cand.branch}", "test", {})
-        promo = Promotion(phase=1, branch=cand.branch, sha=cand.sha, main_sha=merged, candidate=cand,
-                          failure_mode="dead_groups", statement="many groups are all wrong")
+        promo = promoted(repo, "warmer", 1.3).model_copy(update={"failure_mode": "dead_groups",
+                                                                 "statement": "many groups are all wrong"})
+        cand, merged = promo.candidate, promo.main_sha
         after = _result(2, merged, _eval(with_edit))
         asked = []
 
