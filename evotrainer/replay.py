@@ -5,7 +5,8 @@ in the sandbox: reward components and totals, GRPO advantages per generated batc
 keep (and dynamic sampling's capacity), the advantages the kept ones train with, which truncated ones are masked,
 the curriculum's level mix, and the diagnostics registry. Totals,
 advantages and the "did it train" rule are ``evotrainer.scoring``'s, the same functions training calls, so a
-replay of the harness a phase trained on reproduces that phase's log (``tests/test_scoring.py``).
+replay of the harness a phase trained on reproduces that phase's log
+(``tests/test_trainer.py::test_replay_reproduces_what_training_logged``).
 
 The figures below (``METRICS``) are computed on replayed rows; the backtest compares main's with a candidate's.
 Harness code never sees ``verified``: the metrics that use it run here, in the framework.
@@ -147,8 +148,9 @@ def mixed(rows: list[dict], stat: Callable[[list[dict]], float], mix: dict[str, 
 def noise_floor(rows: list[dict], metric: str, mix: dict[str, float] | None, resamples: int, seed: int = 0) -> float:
     """1.96 x the standard deviation of ``mixed(rows, METRICS[metric], mix)`` over ``resamples`` resamples of whole
     groups. A figure of ``PARTS`` is a ratio of per-group sums: each group is reduced to its parts once and a
-    resample only adds them up, per difficulty level (about 50x faster on a 30,000-rollout replay than recomputing
-    the figure on each resample's rows, which any other figure does: ``metrics.bootstrap_groups``)."""
+    resample only adds them up, per difficulty level (0.3 s for 200 resamples of a 30,720-rollout replay, against
+    15 s recomputing the figure on each resample's rows, which any other figure does: ``metrics.bootstrap_groups``).
+    """
     if metric not in PARTS:
         return 1.96 * stdev(bootstrap_groups(rows, lambda rs: mixed(rs, METRICS[metric], mix), resamples, seed))
     part, empty = PARTS[metric]
