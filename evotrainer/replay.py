@@ -98,6 +98,20 @@ def _cut(g: list[dict]) -> list[dict]:
     return [r for r in g if r["truncated"] and r["trained"]]
 
 
+def _dropped(g: list[dict]) -> tuple[float, float]:
+    """verified_dropped's part of a group: (verified-correct rollouts that do not train toward themselves, verified-
+    correct rollouts). A rollout does not when it is filtered, masked, or trains with an advantage <= 0.
+
+    A correct rollout in an all-correct group has zero advantage on any harness, so dropping that group loses
+    nothing; a correct rollout that loses its positive advantage is a real loss of signal. Rollouts the filters kept
+    but dynamic sampling had no room for (``spare``: with ``oversample: k`` a step generates k times the groups it
+    trains) are not a loss: in training they are the extra generation, not signal the batch would have had.
+    """
+    correct = [r for r in g if r["verified"]]
+    lost = sum(not (r["trained"] and r["advantage"] > 1e-9 or r.get("spare")) for r in correct)
+    return float(lost), float(len(correct))
+
+
 # figures that are a ratio of per-group sums: one group's (numerator, denominator), and the figure's value when the
 # denominators add up to 0. The figure is computed from these parts, and so is its noise floor (``noise_floor``)
 PARTS: dict[str, tuple[Callable[[list[dict]], tuple[float, float]], float]] = {
@@ -106,6 +120,7 @@ PARTS: dict[str, tuple[Callable[[list[dict]], tuple[float, float]], float]] = {
                                                                           "kept_fraction")},
     "trained_truncated_rate": (lambda g: (float(len(_cut(g))), float(len(g))), 0.0),
     "truncated_advantage": (lambda g: (sum(r["advantage"] for r in _cut(g)), float(len(_cut(g)))), 0.0),
+    "verified_dropped": (_dropped, 0.0),  # share of verified-correct rollouts that stop training toward themselves
 }
 
 
@@ -114,22 +129,8 @@ def _by_parts(name: str) -> Callable[[list[dict]], float]:
     return lambda rows: ratio((part(g) for g in groups_of(rows).values()), empty) if rows else 0.0
 
 
-def _verified_dropped(rows: list[dict]) -> float:
-    """Share of verified-correct rollouts that do not train toward themselves (filtered, masked, or advantage <= 0).
-
-    A correct rollout in an all-correct group has zero advantage on any harness, so dropping that group loses
-    nothing; a correct rollout that loses its positive advantage is a real loss of signal. Rollouts the filters kept
-    but dynamic sampling had no room for (``spare``: with ``oversample: k`` a step generates k times the groups it
-    trains) are not a loss: in training they are the extra generation, not signal the batch would have had.
-    """
-    correct = [r for r in rows if r["verified"]]
-    lost = sum(not (r["trained"] and r["advantage"] > 1e-9 or r.get("spare")) for r in correct)
-    return lost / len(correct) if correct else 0.0
-
-
 METRICS: dict[str, Callable[[list[dict]], float]] = {
     **{name: _by_parts(name) for name in PARTS},
-    "verified_dropped": _verified_dropped,
     "reward_verified_auc": lambda rs: alignment(rs)["reward_verified_auc"],
     "ordering_violations": lambda rs: alignment(rs)["ordering_violations"],
 }

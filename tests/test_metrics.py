@@ -138,7 +138,8 @@ def _replayed(n_groups: int, seed: int) -> list[dict]:
         for k in range(4):
             right = rng.random() < p
             kept = keep_group and rng.random() < 0.9
-            rows.append({"group_id": f"g{g}", "difficulty": level, "reward": float(right), "verified": right,
+            agrees = rng.random() < 0.9  # the harness's reward disagrees with the verifier on a tenth
+            rows.append({"group_id": f"g{g}", "difficulty": level, "reward": float(right == agrees), "verified": right,
                          "kept": kept, "trained": kept and rng.random() < 0.95, "truncated": rng.random() < 0.1,
                          "advantage": rng.uniform(-1, 1), "completion_tokens": rng.randrange(1, 9)})
     return rows
@@ -157,6 +158,8 @@ def test_figures_built_from_group_parts_are_the_figures_over_rows():
         "kept_fraction": sum(r["trained"] for r in rows) / len(rows),
         "trained_truncated_rate": len(cut) / len(rows),
         "truncated_advantage": sum(r["advantage"] for r in cut) / len(cut),
+        "verified_dropped": sum(not (r["trained"] and r["advantage"] > 1e-9) for r in rows if r["verified"])
+        / sum(r["verified"] for r in rows),
     }
     assert sorted(PARTS) == sorted(expected)
     assert {k: METRICS[k](rows) for k in expected} == pytest.approx(expected, rel=1e-12)
@@ -175,7 +178,7 @@ def _groups(rows: list[dict]) -> list[list[dict]]:
 
 
 @pytest.mark.parametrize("metric", ["dead_group_ratio", "kept_dead_ratio", "trained_truncated_rate",
-                                    "truncated_advantage"])
+                                    "truncated_advantage", "verified_dropped"])
 @pytest.mark.parametrize("mix", [None, {"1": 0.1, "2": 0.4, "3": 0.4, "4": 0.1}])
 def test_the_noise_floor_from_group_parts_has_the_spread_of_the_row_bootstrap(metric, mix):
     """The backtest's noise floor of a figure made of group parts adds the parts of each resample up; recomputing
@@ -188,4 +191,4 @@ def test_the_noise_floor_from_group_parts_has_the_spread_of_the_row_bootstrap(me
     assert fast > 0 and fast == pytest.approx(slow, rel=0.15)
     assert noise_floor([], metric, mix, 50) == 0.0
     # a figure without parts takes the generic path
-    assert noise_floor(rows, "verified_dropped", mix, 50) > 0
+    assert noise_floor(rows, "reward_verified_auc", mix, 50) > 0
