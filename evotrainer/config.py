@@ -315,12 +315,12 @@ def parse(data: dict[str, Any] | None, source: str = "config") -> Config:
         raise ConfigError(_format(err, source)) from None
 
 
-def read_yaml(path: str | Path, what: str) -> Any:
+def read_yaml(path: str | Path, what: str, missing: str = "no such file") -> Any:
     """A user's YAML file (a config, a bench's ``--tasks``), parsed; ConfigError in one line naming ``what`` when it
-    is missing, unreadable or not valid YAML (the parser's problem and where it is)."""
+    is missing (``missing`` says so), unreadable or not valid YAML (the parser's problem and where it is)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{what}: no such file")
+        raise ConfigError(f"{what}: {missing}")
     try:
         return yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError) as err:
@@ -333,9 +333,7 @@ def read_yaml(path: str | Path, what: str) -> Any:
 
 
 def load(path: str | Path) -> Config:
-    if not Path(path).is_file():
-        raise ConfigError(f"{path}: no such config file")
-    return parse(read_yaml(path, str(path)), str(path))
+    return parse(read_yaml(path, str(path), missing="no such config file"), str(path))
 
 
 def apply_overrides(cfg: Config, overrides: list[str]) -> Config:

@@ -98,6 +98,11 @@ def _cut(g: list[dict]) -> list[dict]:
     return [r for r in g if r["truncated"] and r["trained"]]
 
 
+def _cut_advantage(g: list[dict]) -> tuple[float, float]:
+    cut = _cut(g)
+    return sum(r["advantage"] for r in cut), float(len(cut))
+
+
 def _dropped(g: list[dict]) -> tuple[float, float]:
     """verified_dropped's part of a group: (verified-correct rollouts that do not train toward themselves, verified-
     correct rollouts). A rollout does not when it is filtered, masked, or trains with an advantage <= 0.
@@ -119,7 +124,7 @@ PARTS: dict[str, tuple[Callable[[list[dict]], tuple[float, float]], float]] = {
     **{name: (_stats_part(name, True), RATIO_FIGURES[name]) for name in ("kept_dead_ratio", "signal_fraction",
                                                                           "kept_fraction")},
     "trained_truncated_rate": (lambda g: (float(len(_cut(g))), float(len(g))), 0.0),
-    "truncated_advantage": (lambda g: (sum(r["advantage"] for r in _cut(g)), float(len(_cut(g)))), 0.0),
+    "truncated_advantage": (_cut_advantage, 0.0),
     "verified_dropped": (_dropped, 0.0),  # share of verified-correct rollouts that stop training toward themselves
 }
 

@@ -19,10 +19,7 @@ from evotrainer.loop.state import RunState
 from evotrainer.rollouts import write_rollouts
 from tests.backtest_world import make_run, phase_rows
 from tests.test_backtest_step import promoted, runtime
-
-
-def _eval(correct: set[int], n: int = 300) -> EvalResult:
-    return EvalResult(accuracy=len(correct) / n, n=n, items={f"eval-{i}": float(i in correct) for i in range(n)})
+from tests.test_loop import _eval
 
 
 def _result(phase: int, sha: str, ev: EvalResult) -> PhaseResult:
