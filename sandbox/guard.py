@@ -8,7 +8,8 @@ imports the ``sandbox`` package) and installed before any harness code runs:
 
     network     socket connect / bind / send, name lookups, sockets other than AF_UNIX
     file        opening, listing or changing a path outside the harness dir, the Python installation and the
-                sandbox's own scratch and /tmp (writes: scratch and a private /tmp only) -- the evaluator
+                sandbox's own scratch and /tmp (writes: scratch and a private /tmp only, never a host path bound
+                under it, such as a checkout or virtual environment under /tmp) -- the evaluator
                 split, the run directory, ``.git``, site-packages, /proc, /etc, ...
     process     starting a process (fork, exec, spawn, subprocess, os.system)
     signal      signalling any process but itself
@@ -80,6 +81,9 @@ class Guard:
         readable = [self.harness_dir, *writable, *sorted(python), *self.own_files, *_DEVICES, *own_proc,
                     "/usr/share/zoneinfo", "/usr/lib/locale"]
         self.writable = tuple(writable)
+        # host paths the sandbox shows read-only: a write into one is an attempt even where it lies under the
+        # private /tmp (a checkout or a virtual environment under /tmp is bound there, read-only)
+        self.host = (self.harness_dir, *sorted(python), *self.own_files)
         self.readable = tuple(readable)
         self.forbidden = tuple(real(p) for p in forbidden)
         self.enabled = True
@@ -204,11 +208,16 @@ class Guard:
         real = os.path.realpath(text)
         if _under(real, self.forbidden):
             return "file", f"{event} {text!r} (a path hidden from harness code)"
-        if write and not _under(real, self.writable):
+        if write and not self._may_write(real):
             return "file", f"{event} {text!r} for writing (outside scratch)"
         if not write and not _under(real, self.readable):
             return "file", f"{event} {text!r} (outside the harness, the Python installation and scratch)"
         return None
+
+    def _may_write(self, real: str) -> bool:
+        """Scratch is writable; so is the private /tmp, except the host paths bound read-only inside it."""
+        scratch, *tmp = self.writable
+        return _under(real, (scratch,)) or (_under(real, tuple(tmp)) and not _under(real, self.host))
 
     # ------------------------------------------------------------------ processes left behind
     @staticmethod

@@ -37,7 +37,10 @@ from tests.conftest import rollouts, tasks_for
 SANDBOX = SandboxConfig(limits=SandboxLimits(memory_mb=1024, cpu_s=120, call_timeout_s=10))
 SETTINGS = BacktestConfig(bootstrap=50, test_timeout_s=8, time_budget_s=300)
 SITE = Path(sysconfig.get_paths()["purelib"])
-OUTSIDE = Path(__file__).resolve().parent / "pwned-by-a-harness.txt"  # a host path outside /tmp and scratch
+# a host path outside /tmp and scratch: beside this file, unless the checkout lies under /tmp (the sandbox's /tmp is
+# its own, so a write there reaches nothing of the host and is no attempt), then the home or /var/tmp
+OUTSIDE = next(d for d in (Path(__file__).resolve().parent, Path.home().resolve(), Path("/var/tmp"))
+               if d.is_dir() and not str(d).startswith("/tmp/")) / "pwned-by-a-harness.txt"
 
 
 @dataclass
