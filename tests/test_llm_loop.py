@@ -329,3 +329,37 @@ def test_a_metric_that_is_not_one_function_or_has_no_threshold_is_refused_before
     ]:
         with pytest.raises(ValueError, match=why):
             source(proposal(code, **bounds))
+
+
+@pytest.mark.slow  # three short phases through the trainer service: about 40 s
+def test_keep_discard_asks_an_llm_engineer_with_the_scalar_history_and_falls_back_to_the_playbook(
+        tmp_path: Path, policy_cache: Path, monkeypatch):
+    """The keep/discard baseline uses the Engineer ``agents.engineer`` names: an LLM gets the accuracy after each
+    phase and every earlier edit with its verdict (no diagnosis), its candidate trains the next phase and is judged
+    like any; an LLM that answers nothing usable leaves that step to the playbook."""
+    asked = []
+
+    def engineer(model: str, messages: list[dict]) -> str:
+        asked.append(last_user(messages))
+        return json.dumps({"candidates": [format_reward("scalar", 0.2, "format_reward")]}) if len(asked) == 1 \
+            else "not json"
+
+    monkeypatch.setenv("EVOTRAINER_CACHE", str(policy_cache))
+    run_dir = tmp_path / "kd"
+    cfg = C.apply_overrides(C.parse({"agents": {"engineer": {"model": "scripted/any", "retries": 0}}}),
+                            [*FAST, "phases=3", "evolution.mode=keep_discard", "evolution.final_round=false"])
+    with scripted(engineer):
+        RunDir(run_dir).init(cfg, log=lambda m: None)
+        evotrainer("run", run_dir)
+    assert RunDir(run_dir).status()["state"] == "done"
+    assert "Held-out accuracy after each phase: phase 1 " in asked[0] and "Edits so far" in asked[0]
+    assert "format_reward (rewards.well_formed), kept" in asked[1] or \
+        "format_reward (rewards.well_formed), discarded" in asked[1], asked[1]  # its verdict, in the next request
+    events = EventLog(run_dir / "events.jsonl")
+    promoted = [(e["phase"], e["source"], e["variable"]) for e in events.read("promoted")]
+    assert promoted[0] == (1, "llm", "rewards.well_formed") and promoted[1][:2] == (2, "playbook"), promoted
+    verdicts = [e["branch"] for e in events.read("keep_discard")]
+    assert verdicts == [e["branch"] for e in events.read("promoted")], verdicts  # each edit judged once
+    repo = git.Repo(run_dir / "harness")
+    kept = next(e for e in events.read("keep_discard") if e["phase"] == 2)["kept"]
+    assert ("well_formed: 0.2" in repo.git.show("main:harness.yaml")) == kept  # kept, or reverted by a new commit

@@ -6,15 +6,21 @@ promotion's ``effect``); then the next edit of the domain's playbook that applie
 onto main for the next phase. No diagnosis, no backtest, no trial: this is what EvoTrainer's gate is measured
 against. As in the evolving loop, after the last phase (unless ``evolution.final_round``) the verdict is made but
 no next edit: no phase would train on it, and main would end on an edit nothing tested. That half of the step
-waits (``round_due``) and runs first when ``evotrainer run --phases N`` raises the budget. The edits come from the
-built-in playbook in its order (what the built-in Engineer knows), whatever model ``agents.engineer`` names: an LLM
-Engineer needs diagnoses, which this baseline has none of by design.
+waits (``round_due``) and runs first when ``evotrainer run --phases N`` raises the budget.
+
+Where the edit comes from follows ``agents.engineer``, so the baseline is the same agent without EvoTrainer's
+machinery around it: the built-in Engineer walks its playbook in order (the next edit that applies to main and was
+not tried); an LLM Engineer gets what an autoresearch agent sees and nothing more -- the harness files, the held-out
+accuracy after each phase and every earlier edit with its verdict, as one ``scalar`` finding in place of a
+diagnosis -- and its first candidate is committed onto main. An LLM that answers nothing usable (after its retries,
+its fallbacks and the budget) leaves the step to the playbook, and the ``promoted`` event names which one wrote it.
 """
 
 from __future__ import annotations
 
-from agents import playbook
-from evotrainer.contracts import Candidate, Promotion
+from agents import EngineerContext, playbook
+from evotrainer.agents_config import HEURISTIC
+from evotrainer.contracts import Candidate, Diagnosis, Promotion
 from evotrainer.harness import HARNESS_FILES
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
@@ -39,6 +45,44 @@ def step(rt: Runtime, state: RunState) -> dict:
     if state.phase >= rt.cfg.phases and not rt.cfg.evolution.final_round:
         return {"promotions": promotions, "round_due": True}  # no phase would train on a next edit: it waits
     main = rt.repo.sha("main")
+    cand, source = _llm_edit(rt, state, promotions, main), "llm"
+    if cand is None:
+        cand, source = _playbook_edit(rt, state, promotions, main), "playbook"
+    if cand is not None:
+        main_sha = rt.repo.promote(cand.branch, f"Try {cand.branch}: {cand.variable}", cand.hypothesis,
+                                   {"Variable": cand.variable, "Mode": "keep/discard"})
+        promotions.append(Promotion(phase=state.phase, branch=cand.branch, sha=cand.sha, main_sha=main_sha,
+                                    candidate=cand, failure_mode="none"))
+        rt.emit("promoted", phase=state.phase, branch=cand.branch, main_sha=main_sha, variable=cand.variable,
+                source=source)
+    return {"promotions": promotions, "round_due": False}
+
+
+def scalar_finding(state: RunState, promotions: list[Promotion]) -> Diagnosis:
+    """What the scalar loop knows, as the one finding an LLM Engineer answers: accuracy per phase, edits and verdicts."""
+    accuracy = ", ".join(f"phase {r.phase} {r.eval.accuracy:.1%}" for r in state.results) or "none yet"
+    edits = "; ".join(f"phase {p.phase}: {p.candidate.intervention} ({p.candidate.variable}), "
+                      f"{p.effect or 'training now'}" for p in promotions) or "none yet"
+    return Diagnosis(
+        id="scalar", layer="score", failure_mode="held_out_accuracy", severity=1.0, confidence=1.0,
+        status="confirmed", statement=f"Held-out accuracy after each phase: {accuracy}. Edits so far, each trained "
+        f"for one phase and kept only if held-out accuracy rose: {edits}. Propose the one edit most likely to raise "
+        "held-out accuracy after the next phase.")
+
+
+def _llm_edit(rt: Runtime, state: RunState, promotions: list[Promotion], main: str) -> Candidate | None:
+    """The LLM Engineer's first candidate, committed on its branch; None for the built-in Engineer or no answer."""
+    if rt.cfg.agents.role("engineer").model == HEURISTIC:
+        return None
+    ctx = EngineerContext(phase=state.phase, round=1, repo=rt.repo, base_sha=main, knobs=rt.evidence.knobs(main),
+                          domain=rt.cfg.domain, tried=[p.candidate.intervention for p in promotions],
+                          level_stats=level_history(rt.evidence.rollouts(state.phase)), promotions=promotions)
+    made = rt.agents.engineer.propose([scalar_finding(state, promotions)], ctx, {})
+    return made[0] if made else None
+
+
+def _playbook_edit(rt: Runtime, state: RunState, promotions: list[Promotion], main: str) -> Candidate | None:
+    """The next edit of the built-in playbook that applies to main and was not tried, committed on its branch."""
     files = {name: rt.repo.show_file(main, name) for name in HARNESS_FILES}
     tried = {p.candidate.intervention for p in promotions}
     ctx = {"level_stats": level_history(rt.evidence.rollouts(state.phase))}
@@ -53,10 +97,5 @@ def step(rt: Runtime, state: RunState) -> dict:
                          rollback="reverted by the next phase if accuracy does not rise", files=sorted(edits))
         cand.sha = rt.repo.commit_candidate(branch, main, edits, f"{intervention.variable}: {intervention.summary}",
                                             "keep/discard: the next playbook edit", {"Variable": cand.variable})
-        main_sha = rt.repo.promote(branch, f"Try {branch}: {cand.variable}", cand.hypothesis,
-                                   {"Variable": cand.variable, "Mode": "keep/discard"})
-        promotions.append(Promotion(phase=state.phase, branch=branch, sha=cand.sha, main_sha=main_sha,
-                                    candidate=cand, failure_mode="none"))
-        rt.emit("promoted", phase=state.phase, branch=branch, main_sha=main_sha, variable=cand.variable)
-        break
-    return {"promotions": promotions, "round_due": False}
+        return cand
+    return None
