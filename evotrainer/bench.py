@@ -153,16 +153,19 @@ def check_same_settings(rd: RunDir, expected: config_mod.Config) -> None:
                                      "folder, or the --set/--tasks it was made with")
 
 
-def _outcome(rd: RunDir) -> dict[str, Any]:
-    """What one finished arm-seed run gives the bench: final held-out result, and where its time went (the run's
-    wall time without building the starting policy, which is set-up, cached across runs)."""
+def _outcome(rd: RunDir, phases: int) -> dict[str, Any]:
+    """What one finished arm-seed run gives the bench: its held-out result after the bench's last phase (a run
+    copied in or trained on to more phases is scored there too, so every arm is scored on the same budget), and
+    where its time went (the run's wall time without building the starting policy, which is set-up, cached across
+    runs; for a longer run, over all of its phases, said in ``phases_trained``)."""
     results = phase_results(rd)
     setup = sum(e.get("seconds", 0.0) for e in rd.events.read("policy"))  # building the starting policy, once
     wall = sum(e.get("wall_time_s", 0.0) for e in rd.events.read("run_done")) - setup
     training = sum(r.wall_time_s for r in results)
     baseline = rd.baseline()
-    return {"final": results[-1].eval, "accuracy": [r.eval.accuracy for r in results],
-            "baseline": baseline.accuracy if baseline else None, "wall_s": wall, "training_s": training}
+    return {"final": results[phases - 1].eval, "accuracy": [r.eval.accuracy for r in results[:phases]],
+            "baseline": baseline.accuracy if baseline else None, "wall_s": wall, "training_s": training,
+            "phases_trained": len(results)}
 
 
 def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: dict | None = None,
@@ -189,11 +192,11 @@ def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: 
                 rd.init(cfg, log=lambda _: None)
             if rd.status().get("state") != "done" or len(phase_results(rd)) < phases:
                 run(rd.root, phases=phases, reporter=quiet)
-            outcomes[arm][seed] = _outcome(rd)
+            outcomes[arm][seed] = _outcome(rd, phases)
             reporter.info(f"{arm}, seed {seed}: held-out accuracy {outcomes[arm][seed]['final'].accuracy:.1%} "
                           f"(start {outcomes[arm][seed]['baseline']:.1%})")
         bar(step=len(planned), total=len(planned))
-    summary = summarize(outcomes, seeds)
+    summary = summarize(outcomes, seeds, phases)
     summary.update(phases=phases, seeds=seeds, arm_order=arms, wall_s=round(time.time() - t0, 1), tasks=tasks,
                    overrides=list(overrides))
     (out / "bench.json").write_text(json.dumps(summary, indent=1))
@@ -201,7 +204,7 @@ def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: 
     return summary
 
 
-def summarize(outcomes: dict[str, dict[int, dict]], seeds: list[int]) -> dict:
+def summarize(outcomes: dict[str, dict[int, dict]], seeds: list[int], phases: int) -> dict:
     """Per arm: final accuracy (mean, per seed), the paired interval against static, the time outside training."""
     arms: dict[str, dict] = {}
     baseline = static_runs(outcomes)  # static and its reruns: the noise-counted comparison needs two at least
@@ -212,6 +215,8 @@ def summarize(outcomes: dict[str, dict[int, dict]], seeds: list[int]) -> dict:
         entry = {"accuracy": sum(f.accuracy for f in finals.values()) / len(seeds),
                  "per_seed": {str(s): finals[s].accuracy for s in seeds}, "wall_s": round(wall, 1),
                  "outside_training": round(1 - training / wall, 3) if wall else None}
+        if longer := {str(s): n for s in seeds if (n := by_seed[s].get("phases_trained", 0)) > phases}:
+            entry["phases_trained"] = longer  # scored after the bench's last phase; time over all of them
         if arm != "static" and "static" in outcomes:
             entry["vs_static"] = paired_gain([(outcomes["static"][s]["final"].items, finals[s].items)
                                               for s in seeds])
@@ -248,6 +253,10 @@ def markdown(summary: dict) -> str:
         lines += ["", f"{', '.join(reruns)} {'is' if len(reruns) == 1 else 'are'} static trained again with other "
                   "training randomness: any difference they show is training noise, so an arm's gain means little "
                   "unless it clears theirs."]
+    for arm, e in summary["arms"].items():
+        for seed, n in e.get("phases_trained", {}).items():
+            lines += ["", f"{arm}-seed{seed} trained {n} phases: it is scored after phase {summary['phases']}, like "
+                      f"every arm, but its wall and outside-training figures cover all {n}."]
     if noise:
         vs = next(e["vs_static_runs"] for e in summary["arms"].values() if "vs_static_runs" in e)
         runs = static_runs(summary["arms"])

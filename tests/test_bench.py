@@ -26,7 +26,7 @@ def test_each_arm_is_compared_with_static_paired_per_task_and_seed():
                        for s in base},
         "keep_discard": {s: {"final": _final(base[s]), "wall_s": 100.0, "training_s": 95.0} for s in base},
     }
-    arms = summarize(outcomes, [0, 1, 2])["arms"]
+    arms = summarize(outcomes, [0, 1, 2], 3)["arms"]
     assert arms["evotrainer"]["vs_static"]["diff"] == pytest.approx(30 / 200)
     assert arms["evotrainer"]["vs_static"]["low"] > 0  # the same 30 tasks gained on every seed
     assert arms["keep_discard"]["vs_static"] == {"diff": 0.0, "low": 0.0, "high": 0.0, "n": 200}
@@ -44,7 +44,7 @@ def test_with_static_rerun_each_arm_is_also_compared_with_both_static_runs_count
     outcomes = {"static": {s: run(set(range(60 + 4 * s))) for s in (0, 1, 2)},  # seed 1's static run was lucky:
                 "static_rerun": {s: run(set(range(60 + 4 * s - 16 * (s == 1)))) for s in (0, 1, 2)},  # -16
                 "evotrainer": {s: run(set(range(60 + 4 * s)) | set(range(100, 105))) for s in (0, 1, 2)}}
-    arms = summarize(outcomes, [0, 1, 2])["arms"]
+    arms = summarize(outcomes, [0, 1, 2], 3)["arms"]
     assert "vs_static_runs" not in arms["static"] and "vs_static_runs" not in arms["static_rerun"]
     vs, paired = arms["evotrainer"]["vs_static_runs"], arms["evotrainer"]["vs_static"]
     assert vs["diff"] == pytest.approx((5 + 13 + 5) / 3 / 200) and vs["df"] == 5 and vs["seeds"] == 3
@@ -65,7 +65,7 @@ def test_more_static_reruns_are_more_replicates_of_the_noise_counted_baseline():
     shifts = {"static": 0, "static_rerun": -16, "static_rerun2": -8}  # three runs of one harness per seed
     outcomes = {arm: {s: run(set(range(60 + 4 * s + d))) for s in (0, 1, 2)} for arm, d in shifts.items()}
     outcomes["evotrainer"] = {s: run(set(range(60 + 4 * s))) for s in (0, 1, 2)}
-    arms = summarize(outcomes, [0, 1, 2])["arms"]
+    arms = summarize(outcomes, [0, 1, 2], 3)["arms"]
     vs = arms["evotrainer"]["vs_static_runs"]
     assert all("vs_static_runs" not in arms[a] for a in shifts)
     assert vs["diff"] == pytest.approx(8 / 200) and vs["df"] == 2 + 3 * 2  # 2 across seeds, 2 per seed within
@@ -75,7 +75,7 @@ def test_more_static_reruns_are_more_replicates_of_the_noise_counted_baseline():
     assert "static_rerun, static_rerun2 are static trained again" in table
     # without static, the reruns are plain arms compared with nothing but static's absence
     del outcomes["static"]
-    assert all("vs_static_runs" not in e for e in summarize(outcomes, [0, 1, 2])["arms"].values())
+    assert all("vs_static_runs" not in e for e in summarize(outcomes, [0, 1, 2], 3)["arms"].values())
 
 
 def test_reruns_add_static_runs_beside_static_rerun_and_bad_names_are_refused(tmp_path, cli_env):
@@ -196,3 +196,32 @@ def test_a_task_mix_file_reaches_every_arm_s_training_pool_and_held_out_split(tm
         assert str(mix) in str(err.value) and "\n" not in str(err.value).strip()
     with pytest.raises(C.ConfigError, match="--tasks"):
         load_tasks(tmp_path / "missing.yaml")
+
+
+def test_a_run_longer_than_the_bench_is_scored_after_the_bench_s_last_phase(tmp_path):
+    """A run trained on to more phases (a bench resumed with a larger --phases, or a run copied in) is scored after
+    the bench's last phase like every other arm, not after its own last one, and the table says its time covers
+    more."""
+    from evotrainer.bench import _config, _outcome
+    from evotrainer.contracts import PhaseResult
+    from evotrainer.rundir import RunDir
+
+    rd = RunDir(tmp_path / "static-seed0")
+    rd.init(_config("static", 0, 3, None, ["training.train_pool_size=400", "training.eval_size=40"]),
+            log=lambda _: None)
+    for phase, correct in ((1, 10), (2, 20), (3, 30)):
+        folder = rd.checkpoints / f"phase-{phase}"
+        folder.mkdir(parents=True)
+        result = PhaseResult(phase=phase, harness_sha="0" * 40, steps=60, eval=_final(set(range(correct))),
+                             rollout_path="", checkpoint_path=str(folder), wall_time_s=10.0, tokens=0)
+        (folder / "result.json").write_text(result.model_dump_json())
+    out = _outcome(rd, 2)
+    assert out["final"].accuracy == 20 / 200 and out["accuracy"] == [10 / 200, 20 / 200]
+    assert out["phases_trained"] == 3 and out["training_s"] == 30.0
+    other = {"final": _final(set(range(20))), "wall_s": 100.0, "training_s": 20.0, "phases_trained": 2}
+    summary = summarize({"static": {0: {**out, "wall_s": 100.0}}, "evotrainer": {0: other}}, [0], 2)
+    assert summary["arms"]["evotrainer"]["vs_static"]["diff"] == 0.0  # the same budget: no gain from phase 3
+    assert summary["arms"]["static"]["phases_trained"] == {"0": 3} and "phases_trained" not in \
+        summary["arms"]["evotrainer"]
+    table = markdown({**summary, "seeds": [0], "phases": 2, "wall_s": 1.0})
+    assert "static-seed0 trained 3 phases: it is scored after phase 2" in table
