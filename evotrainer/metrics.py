@@ -161,7 +161,8 @@ def paired_gain(pairs: list[tuple[dict[str, float], dict[str, float]]], resample
 
     ``pairs`` holds one (A items, B items) per replicate (e.g. per seed of an A/B trial), each a dict item id ->
     score. The interval is a two-level bootstrap: replicates are resampled, then items, so it carries both the
-    item-sampling noise and the run-to-run noise of training. Raises ValueError when A and B scored other items.
+    item-sampling noise and the run-to-run noise of training. Raises ValueError when A and B scored other items,
+    or a replicate other items than the first (an item is resampled at the same index in every replicate).
     """
     if not pairs:
         raise ValueError("paired_gain needs at least one (A, B) pair")
@@ -169,6 +170,9 @@ def paired_gain(pairs: list[tuple[dict[str, float], dict[str, float]]], resample
     for a, b in pairs:
         if set(a) != set(b) or not a:
             raise ValueError(f"paired comparison needs the same items on both sides ({len(set(a) ^ set(b))} differ)")
+        if set(a) != set(pairs[0][0]):
+            raise ValueError(f"paired comparison needs the same items in every replicate "
+                             f"({len(set(a) ^ set(pairs[0][0]))} differ from the first's)")
         diffs.append([b[k] - a[k] for k in sorted(a)])
     n = len(diffs[0])
     rng = random.Random(seed)

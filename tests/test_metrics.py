@@ -90,6 +90,11 @@ def test_paired_comparison_refuses_different_items():
         paired_gain([(a, {"eval-1-0": 1.0, "eval-1-2": 0.0})])
     with pytest.raises(ValueError):
         paired_gain([({}, {})])
+    more = {**a, "eval-1-2": 1.0, "eval-1-3": 1.0}  # a second replicate scored on more items than the first
+    with pytest.raises(ValueError, match="same items in every replicate"):
+        paired_gain([(a, a), (more, more)])
+    with pytest.raises(ValueError, match="same items in every replicate"):
+        paired_gain([(more, more), (a, a)])
 
 
 def _runs(rng: random.Random, effect: float, noise: float, seeds: int = 3, replicates: int = 2):
