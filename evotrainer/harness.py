@@ -85,13 +85,7 @@ class Knobs(BaseModel):
         if self.reward_scale != 1.0 and self.scale_rewards != "none":
             raise ValueError(f"reward_scale acts only with scale_rewards: none (under {self.scale_rewards} "
                              "scaling the advantage divides it out)")
-        if len(self.reward_weights) == 1 and self.scale_rewards != "none":
-            (name, weight), = self.reward_weights.items()
-            if weight > 0 and weight != 1.0:
-                raise ValueError(f"reward_weights.{name}: the weight of the only reward component acts only with "
-                                 f"scale_rewards: none (under {self.scale_rewards} scaling a positive weight divides "
-                                 "out); keep it 1.0, or add a second component for it to weigh against")
-        return self
+        return self  # a reward weight's rule needs rewards.py's components: scoring.total_reward applies it
 
 
 class KnobsError(ValueError):

@@ -32,12 +32,19 @@ from evotrainer.harness import Knobs
 
 def total_reward(components: Mapping[str, float], knobs: Knobs) -> float:
     """The reward a rollout trains with: ``reward_scale`` x the ``reward_weights``-weighted sum of components (a
-    component without a weight counts once). A weight that names no component of rewards.py would do nothing: it
-    raises ValueError, one line naming it, in training and in replay alike."""
+    component without a weight counts once). A weight that could not act raises ValueError, one line naming it, in
+    training and in replay alike: one that names no component of rewards.py, and a positive weight other than 1 on
+    the only component under group or batch scaling (the advantage divides it out)."""
     unused = sorted(set(knobs.reward_weights) - set(components))
     if unused:
         raise ValueError(f"harness.yaml: reward_weights.{unused[0]} names no reward component (rewards.py's "
                          f"COMPONENTS: {', '.join(sorted(components)) or 'none'}), so it would weigh nothing")
+    if len(components) == 1 and knobs.scale_rewards != "none":
+        (name,) = components
+        if (weight := knobs.reward_weights.get(name, 1.0)) > 0 and weight != 1.0:
+            raise ValueError(f"harness.yaml: reward_weights.{name}: the weight of the only reward component acts only "
+                             f"with scale_rewards: none (under {knobs.scale_rewards} scaling a positive weight "
+                             "divides out); keep it 1.0, or add a second component for it to weigh against")
     return float(knobs.reward_scale * sum(knobs.reward_weights.get(k, 1.0) * v for k, v in components.items()))
 
 

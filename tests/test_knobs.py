@@ -88,9 +88,9 @@ def _weights_after(rd: RunDir, sha: str, tag: str, **request) -> dict[str, torch
     from evotrainer.trainer.grpo import _train
     from evotrainer.trainer.wire import PhaseRequest
 
-    req = PhaseRequest(run_dir=str(rd.root), phase=1, harness_sha=sha, init_checkpoint=str(rd.root / "policy" / "base"),
-                       steps=2, prompts_per_step=4, seed=0, sandbox=SandboxConfig(backend="process"),
-                       step_offset=50, run_steps=100, **request)
+    request = {"init_checkpoint": str(rd.root / "policy" / "base"), **request}
+    req = PhaseRequest(run_dir=str(rd.root), phase=1, harness_sha=sha, steps=2, prompts_per_step=4, seed=0,
+                       sandbox=SandboxConfig(backend="process"), step_offset=50, run_steps=100, **request)
     out = _train(req, lambda _: None, rd.scratch / f"knob-{tag}", task_seed=7)
     return {k: v.detach().clone() for k, v in out.model.state_dict().items()}
 
@@ -149,7 +149,6 @@ def _apart(base: dict[str, torch.Tensor], other: dict[str, torch.Tensor], start:
     ("epsilon: 0.1", "act only with updates_per_batch > 1"),
     ("epsilon_high: 0.28", "act only with updates_per_batch > 1"),
     ("reward_scale: 2.0", "reward_scale acts only with scale_rewards: none"),
-    ("  correct: 2.0", "reward_weights.correct: the weight of the only reward component acts only with"),
 ])
 def test_a_value_that_could_not_act_is_refused(text, says):
     from evotrainer.harness import seed_dir
@@ -198,6 +197,12 @@ def test_a_reward_weight_that_names_no_component_is_refused_in_training_and_repl
     with pytest.raises(ValueError, match=r"^harness.yaml: reward_weights.corect names no reward component "
                                          r"\(rewards.py's COMPONENTS: correct\)"):
         total_reward({"correct": 1.0}, knobs)
+    # the only component's weight divides out under group scaling; beside an unlisted second component it acts
+    doubled = parse_knobs(seed.replace("  correct: 1.0", "  correct: 2.0"))
+    with pytest.raises(ValueError, match=r"^harness.yaml: reward_weights.correct: the weight of the only reward "
+                                         r"component acts only with scale_rewards: none"):
+        total_reward({"correct": 1.0}, doubled)
+    assert total_reward({"correct": 1.0, "short": 0.5}, doubled) == 2.5
     assert total_reward({"correct": 1.0, "short": -0.5}, parse_knobs(seed)) == 0.5  # an unweighted one counts once
 
 
@@ -218,8 +223,9 @@ def test_the_schedule_is_the_run_s_and_a_phase_boundary_does_not_restart_it():
     assert [lr_multiplier(warm, s, 120) for s in (0, 4, 9, 10)] == [0.1, 0.5, 1.0, 1.0]
     for schedule in ("linear", "cosine"):
         k = knobs(lr_schedule=schedule)
-        assert lr_multiplier(k, 0, 120) == 1.0 and lr_multiplier(k, 60, 120) == pytest.approx(0.55)
-        assert lr_multiplier(k, 120, 120) == pytest.approx(0.1) == lr_multiplier(k, 500, 120)  # a tenth, then held
+        assert lr_multiplier(k, 0, 120) == 1.0 and lr_multiplier(k, 59.5, 120) == pytest.approx(0.55)
+        assert lr_multiplier(k, 118, 120) > 0.1  # the last step that trains (119) is the first at a tenth
+        assert lr_multiplier(k, 119, 120) == pytest.approx(0.1) == lr_multiplier(k, 500, 120)  # then held
     # three phases of 40: phase 2 starts where phase 1 ended (run step 40 follows 39), not at the top again
     cfg = C.apply_overrides(C.parse({}), ["phases=3", "training.steps_per_phase=40"])
     reqs = [PhaseRequest.make(cfg, "/r", p, "a" * 40, f"/ckpt/{p - 1}", 40, base_policy="/base") for p in (1, 2, 3)]
@@ -255,3 +261,35 @@ def test_the_kl_reference_is_the_run_s_starting_policy_unless_the_config_says_ea
     assert all(torch.equal(near[k], v) for k, v in _weights_after(run_dir, sha, "kl-base2").items())  # "" = init
     far = _weights_after(run_dir, sha, "kl-other", reference_checkpoint=str(other))
     assert _apart(near, far, start) > 1e-3
+
+
+def test_with_lora_the_kl_reference_is_the_base_unless_the_config_says_each_phase_s_start(run_dir):
+    """From a LoRA checkpoint (phase 2 on) TRL makes a frozen copy of the adapter ("ref") and takes it as the KL
+    reference; with ``kl_reference: base`` the reference is the base model (the adapter switched off), so the same
+    phase trains the adapter otherwise than against its phase-start copy."""
+    from peft import get_peft_model
+
+    from evotrainer.trainer.model import load_policy
+
+    base = str(run_dir.root / "policy" / "base")
+    ckpt = run_dir.scratch / "lora-phase-1"
+    if not ckpt.exists():
+        model, tokenizer, peft_config = load_policy(base, "cpu", "float32", True, 4)
+        wrapped = get_peft_model(model, peft_config)
+        with torch.no_grad():
+            for name, p in wrapped.named_parameters():
+                if "lora_B" in name:
+                    p.add_(0.05)  # a trained adapter: the policy is not the base
+        wrapped.save_pretrained(ckpt)
+        tokenizer.save_pretrained(ckpt)
+    sha = _harness(HarnessRepo(run_dir.harness), "kl-lora", {"beta": 0.5})
+
+    def adapter(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in state.items() if "lora_" in k and ".default." in k}
+
+    start = adapter(load_policy(str(ckpt), "cpu", "float32", True, 4)[0].state_dict())
+    lora = dict(init_checkpoint=str(ckpt), lora=True, lora_rank=4)
+    to_start = _weights_after(run_dir, sha, "lora-start", reference_checkpoint=str(ckpt), **lora)
+    to_base = _weights_after(run_dir, sha, "lora-base", reference_checkpoint=base, **lora)
+    assert any(".ref." in k for k in to_start) and not any(".ref." in k for k in to_base)
+    assert _apart(adapter(to_start), adapter(to_base), start) > 1e-3

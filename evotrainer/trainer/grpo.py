@@ -212,7 +212,9 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
         check_budget(model, tokenizer, prompts[:64], knobs.max_completion_length, chat)
         if knobs.beta > 0 and req.reference_checkpoint and not req.lora:
             model.config._name_or_path = req.reference_checkpoint  # TRL builds the KL reference from this path
-            # (with LoRA, TRL's reference is the base model with the adapter switched off)
+        # with LoRA the reference is the base model with the adapter switched off, or, from a phase's start
+        # (kl_reference: phase_start), a frozen copy of the adapter the phase starts from ("ref", which TRL makes)
+        drop_ref = bool(req.lora and req.reference_checkpoint and req.reference_checkpoint != req.init_checkpoint)
         optimizer_state = Path(req.init_checkpoint) / OPTIMIZER_STATE
         if not (req.carry_optimizer and optimizer_state.is_file()):
             optimizer_state = None
@@ -235,6 +237,9 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
             peft_config=peft_config, callbacks=[_Progress()], harness_hooks=hooks, optimizer_state=optimizer_state,
             schedule=lambda k: lr_multiplier(knobs, req.step_offset + k // knobs.updates_per_batch, req.run_steps),
         )
+        peft_model = trainer.accelerator.unwrap_model(trainer.model)
+        if drop_ref and "ref" in getattr(peft_model, "peft_config", {}):
+            peft_model.delete_adapter("ref")  # TRL then computes the reference with the adapter switched off
         with phase_runs(req) if rank() == 0 else contextlib.nullcontext():  # dashboards: one run per phase
             trainer.train()
         model = trainer.model  # with LoRA a PeftModel: saved as its adapter, which the next phase trains on

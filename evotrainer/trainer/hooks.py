@@ -26,12 +26,12 @@ def lr_multiplier(knobs: Knobs, run_step: int, run_steps: int) -> float:
     """The learning-rate factor at ``run_step`` (generated batches since the run began, over all phases).
 
     Warm-up is linear over the first ``warmup_steps``; ``linear`` and ``cosine`` decay to a tenth of the rate at
-    the run's planned last step (``run_steps``) and stay there; ``constant`` keeps it. A phase boundary is not a
-    restart: the schedule is the run's.
+    the run's planned last step (``run_steps - 1``: steps count from 0) and stay there; ``constant`` keeps it. A
+    phase boundary is not a restart: the schedule is the run's.
     """
     if run_step < knobs.warmup_steps:
         return (run_step + 1) / knobs.warmup_steps
-    progress = min(1.0, (run_step - knobs.warmup_steps) / max(run_steps - knobs.warmup_steps, 1))
+    progress = min(1.0, (run_step - knobs.warmup_steps) / max(run_steps - 1 - knobs.warmup_steps, 1))
     if knobs.lr_schedule == "linear":
         return 1.0 - 0.9 * progress
     if knobs.lr_schedule == "cosine":
