@@ -111,7 +111,8 @@ class TrainingConfig(_Section):
     )
     kl_reference: Literal["base", "phase_start"] = Field(
         "base", description="what the KL term (harness beta > 0) pulls toward: the run's starting policy, or each "
-        "phase's starting checkpoint. With LoRA it is always the base model (the adapter switched off)"
+        "phase's starting checkpoint. With LoRA: the base model (the adapter switched off), or a frozen copy of the "
+        "adapter the phase starts from"
     )
 
 
