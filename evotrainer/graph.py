@@ -43,7 +43,7 @@ def build_graph(rt: Runtime, checkpointer):
     g.add_conditional_edges("backtest", partial(backtest.route, rt.cfg.evolution.max_engineer_rounds),
                             ["engineer", "promote"])
     g.add_conditional_edges("promote", promote.route, ["engineer", "librarian"])  # engineer: revise at the gate
-    g.add_conditional_edges("librarian", partial(librarian.route, rt.cfg.phases), ["train", END])
+    g.add_conditional_edges("librarian", partial(librarian.route, rt), ["train", "diagnose", "keep_discard", END])
     return g.compile(checkpointer=checkpointer)
 
 

@@ -92,6 +92,10 @@ class KnobsError(ValueError):
     pass
 
 
+class RevertConflict(ValueError):
+    """A promotion git cannot revert on main: a later commit changed the same lines."""
+
+
 def read_knobs(harness_dir: Path) -> Knobs:
     """harness.yaml of a harness directory, validated."""
     try:
@@ -282,6 +286,8 @@ class HarnessRepo:
             lock.unlink()
         if (gitdir / "MERGE_HEAD").exists():
             self.repo.git.merge("--abort")
+        if (gitdir / "REVERT_HEAD").exists() or self.repo.git.ls_files("-u"):  # a revert that stopped on a conflict
+            self.repo.git.reset("--merge")
         for line in self.repo.git.worktree("list", "--porcelain").splitlines():
             path = line.partition(" ")[2]
             if line.startswith("worktree ") and Path(path).parent.name.startswith("evo-wt-"):
@@ -296,15 +302,42 @@ class HarnessRepo:
         self.repo.git.reset("--hard", "main")
 
     def revert(self, merge_sha: str, subject: str, body: str, trailers: dict[str, str]) -> str:
-        """Undo a promotion by a new commit on ``main`` (never by rewriting history); idempotent. Returns main."""
+        """Undo a promotion by a new commit on ``main`` (never by rewriting history); idempotent. Returns the revert
+        commit's sha (main's head when just made). Raises :class:`RevertConflict`, leaving main as it was, when a
+        later commit changed the same lines."""
         self.recover()
         for commit in self.repo.iter_commits("main", max_count=50):
             if parse_trailers(commit.message).get("Reverts") == merge_sha:
-                return self.sha("main")
-        self.repo.git.revert("-m", "1", "--no-edit", "--no-commit", merge_sha)
+                return commit.hexsha
+        try:
+            self.repo.git.revert("-m", "1", "--no-edit", "--no-commit", merge_sha)
+        except git.GitCommandError as err:
+            conflicted = sorted({line.split("\t")[-1] for line in self.repo.git.ls_files("-u").splitlines()})
+            self.recover()
+            raise RevertConflict(f"git cannot take {merge_sha[:8]} out of main: a later commit changed the same "
+                                 f"lines ({', '.join(conflicted) or 'see git revert'}); main is left as it was") from err
         self.repo.git.commit("-m", format_message(subject, body, {**trailers, "Reverts": merge_sha}),
                              author=f"{BOT.name} <{BOT.email}>")
         return self.sha("main")
+
+    def taken_out(self, merge_sha: str, onto: str) -> str | None:
+        """A commit (not on any branch; kept under ``refs/evotrainer/without/``) holding ``onto`` with the merge
+        ``merge_sha`` reverted: what ``onto`` would be without that promotion, whatever came after it (a rollback
+        of an earlier edit, a metric). ``onto`` itself when it is the merge; None when git cannot revert it there."""
+        if onto == merge_sha:
+            return self.repo.commit(merge_sha).parents[0].hexsha
+        date = self.repo.commit(onto).committed_datetime.isoformat()  # the same commit again on a re-run
+        with self.worktree(onto) as wt:
+            g = git.Repo(wt).git
+            try:
+                g.revert("-m", "1", "--no-edit", merge_sha, env={
+                    "GIT_AUTHOR_NAME": BOT.name, "GIT_AUTHOR_EMAIL": BOT.email, "GIT_AUTHOR_DATE": date,
+                    "GIT_COMMITTER_NAME": BOT.name, "GIT_COMMITTER_EMAIL": BOT.email, "GIT_COMMITTER_DATE": date})
+            except git.GitCommandError:
+                return None
+            sha = g.rev_parse("HEAD")
+        self.repo.git.update_ref(f"refs/evotrainer/without/{merge_sha[:12]}-{onto[:12]}", sha)
+        return sha
 
     def promote(self, branch: str, subject: str, body: str, trailers: dict[str, str]) -> str:
         """Merge ``branch`` into ``main`` with ``--no-ff`` (idempotent); return the new ``main`` sha."""

@@ -129,6 +129,45 @@ def test_a_promotion_is_rolled_back_by_a_new_commit(tmp_path):
     assert repo.revert(merge, "again", "", {}) == reverted  # idempotent after a kill
 
 
+def _promote_line(repo: HarnessRepo, branch: str, old: str, new: str) -> str:
+    """Commit one harness.yaml line change on ``branch`` from main and merge it; main's new sha."""
+    text = repo.show_file("main", "harness.yaml")
+    assert old in text
+    repo.commit_candidate(branch, repo.sha("main"), {"harness.yaml": text.replace(old, new)}, branch, "b", {})
+    return repo.promote(branch, f"Promote {branch}", "body", {})
+
+
+def test_a_rollback_git_cannot_apply_leaves_main_as_it_was_and_the_run_able_to_go_on(repo: HarnessRepo):
+    """A later promotion changed the lines next to the edit being rolled back: the revert conflicts. Main is left
+    as it was, the checkout clean, and the next git step (recover, promote) works: a resume is never stuck."""
+    from evotrainer.harness import RevertConflict
+
+    a = _promote_line(repo, "candidates/phase-1-1", "temperature: 1.0 ", "temperature: 1.3 ")
+    b = _promote_line(repo, "candidates/phase-2-1", "temperature: 1.3 ", "temperature: 0.9 ")  # the same line
+    with pytest.raises(RevertConflict, match=r"git cannot take .* out of main: a later commit changed the same "
+                                              r"lines \(harness.yaml\); main is left as it was"):
+        repo.revert(a, "Roll back candidates/phase-1-1", "lost", {})
+    assert repo.sha("main") == b and not repo.repo.is_dirty(untracked_files=True)
+    repo.recover()
+    assert _promote_line(repo, "candidates/phase-3-1", "group_size: 8", "group_size: 16") != b
+
+
+def test_a_promotion_is_taken_out_of_whatever_main_became_for_its_counterfactual(repo: HarnessRepo):
+    """The counterfactual of edit B trains what the phase trained without B: after B's merge, main rolled back an
+    earlier edit A, so B's merge parent (which holds A) is not it; reverting B on the trained harness is."""
+    seed = repo.sha("main")
+    a = _promote_line(repo, "candidates/phase-1-1", "temperature: 1.0 ", "temperature: 1.3 ")
+    b = _promote_line(repo, "candidates/phase-2-1", "weight_decay: 0.0 ", "weight_decay: 0.01 ")
+    trained = repo.revert(a, "Roll back candidates/phase-1-1", "lost", {})  # main = B without A
+    without = repo.taken_out(b, trained)
+    assert repo.repo.commit(without).tree == repo.repo.commit(seed).tree  # neither A (rolled back) nor B
+    assert repo.taken_out(b, trained) == without  # the same commit on a re-run: the trainer reuses its job
+    assert repo.sha("main") == trained and not repo.repo.is_dirty(untracked_files=True)
+    assert repo.taken_out(b, b) == repo.repo.commit(b).parents[0].hexsha  # main unchanged since: the merge parent
+    c = _promote_line(repo, "candidates/phase-3-1", "weight_decay: 0.01 ", "weight_decay: 0.1 ")
+    assert repo.taken_out(b, c) is None  # git cannot take B out under C's change of the same line
+
+
 def test_show_file_keeps_the_final_newline_so_edits_keep_it_too(repo: HarnessRepo):
     from agents.playbook import find
     from evotrainer.harness import read_knobs

@@ -58,10 +58,21 @@ def test_backtest_routes_back_to_engineer_while_rounds_are_left_and_nothing_of_t
     assert backtest.route(2, passed) == "promote"
 
 
-def test_librarian_routes_on_the_budget():
-    assert librarian.route(3, RunState(phase=2)) == "train"
-    assert librarian.route(3, RunState(phase=3)) == END
-    assert librarian.route(3, RunState(phase=4)) == END  # a budget lowered below the phase reached stops
+def test_librarian_routes_on_the_budget_and_a_waiting_round_goes_first():
+    from types import SimpleNamespace
+
+    from evotrainer import config as C
+
+    def rt(phases: int, mode: str = "evolve"):
+        return SimpleNamespace(cfg=C.apply_overrides(C.parse({}), [f"phases={phases}", f"evolution.mode={mode}"]))
+
+    assert librarian.route(rt(3), RunState(phase=2)) == "train"
+    assert librarian.route(rt(3), RunState(phase=3)) == END
+    assert librarian.route(rt(3), RunState(phase=4)) == END  # a budget lowered below the phase reached stops
+    assert librarian.route(rt(3), RunState(phase=3, round_due=True)) == END  # the last phase's round waits
+    # stopped in the last phase's Librarian, resumed with `run --phases 4`: its waiting round first, not phase 4
+    assert librarian.route(rt(4), RunState(phase=3, round_due=True)) == "diagnose"
+    assert librarian.route(rt(4, "keep_discard"), RunState(phase=3, round_due=True)) == "keep_discard"
 
 
 def test_the_last_phase_goes_straight_to_the_librarian_and_a_raised_budget_runs_its_round_first():
@@ -203,3 +214,30 @@ def test_a_realized_effect_at_two_seeds_carries_training_s_run_to_run_noise(tmp_
     assert one["lost"] and one["seeds"] == 1
     assert not two["lost"] and not two["won"] and two["seeds"] == 2 and two["gain"] == pytest.approx(0)
     assert "2 seeds each" in two["summary"] and "no measurable effect" in two["summary"]
+
+
+def test_keep_discard_rerun_after_a_kill_past_its_merge_merges_no_second_edit(tmp_path):
+    """Killed between merging its edit and saving the step's state, keep/discard re-runs the step: it rebuilds
+    that edit's promotion from the merge and the candidate's note instead of committing and merging another."""
+    from types import SimpleNamespace
+
+    from evotrainer import config as C
+    from evotrainer.harness import HarnessRepo
+    from evotrainer.loop import keep_discard
+
+    repo = HarnessRepo.create(tmp_path / "h", "math")
+    text = repo.show_file("main", "harness.yaml").replace("temperature: 1.0 ", "temperature: 1.3 ")
+    cand = _cand("candidates/phase-1-kd", ["harness.yaml"])
+    cand.base_sha = repo.sha("main")
+    cand.sha = repo.commit_candidate(cand.branch, cand.base_sha, {"harness.yaml": text}, "t", "b", {})
+    repo.add_note(cand.sha, cand.model_dump(mode="json"), ref=keep_discard.NOTES)
+    merge = repo.promote(cand.branch, "Try", "h", {"Variable": "v", "Mode": "keep/discard", "Phase": "1"})
+    events = []
+    rt = SimpleNamespace(repo=repo, cfg=C.apply_overrides(C.parse({}), ["phases=3", "evolution.mode=keep_discard"]),
+                         emit=lambda kind, **f: events.append(kind))
+    out = keep_discard.step(rt, RunState(phase=1, round_due=True))  # the re-run: the state never saw the merge
+    assert out["round_due"] is False and repo.sha("main") == merge and events == []
+    (promo,) = out["promotions"]
+    assert (promo.phase, promo.branch, promo.sha, promo.main_sha) == (1, cand.branch, cand.sha, merge)
+    assert promo.candidate == cand
+    assert keep_discard._merged_before(rt, 2) is None  # the next phase's edit is its own

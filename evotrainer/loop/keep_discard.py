@@ -21,7 +21,7 @@ from __future__ import annotations
 from agents import EngineerContext, playbook
 from evotrainer.agents_config import HEURISTIC
 from evotrainer.contracts import Candidate, Diagnosis, Promotion
-from evotrainer.harness import HARNESS_FILES
+from evotrainer.harness import HARNESS_FILES, RevertConflict, parse_trailers
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.rollouts import level_history
@@ -37,25 +37,49 @@ def step(rt: Runtime, state: RunState) -> dict:
         verdict = f"{'kept' if rose else 'discarded'}: held-out accuracy {before:.1%} -> {after:.1%}"
         promotions[last] = promo = promo.model_copy(update={"effect": verdict})
         if not rose and not promo.reverted_sha:
-            sha = rt.repo.revert(promo.main_sha, f"Discard {promo.branch}: {promo.candidate.variable}",
-                                 "held-out accuracy did not rise", {"Reason": "keep/discard: accuracy did not rise"})
-            promotions[last] = promo.model_copy(update={"reverted_sha": sha})
+            try:
+                sha = rt.repo.revert(promo.main_sha, f"Discard {promo.branch}: {promo.candidate.variable}",
+                                     "held-out accuracy did not rise", {"Reason": "keep/discard: accuracy did not rise"})
+                promotions[last] = promo.model_copy(update={"reverted_sha": sha})
+            except RevertConflict as err:  # main keeps the edit; the run goes on, and says why
+                promotions[last] = promo.model_copy(update={"effect": f"{verdict}; not reverted: {err}"})
+                rt.emit("rollback_failed", phase=state.phase, branch=promo.branch, error=str(err))
     if any(p.phase == state.phase for p in promotions):  # this phase's edit is made (a re-run after a kill)
         return {"promotions": promotions, "round_due": False}
     if state.phase >= rt.cfg.phases and not rt.cfg.evolution.final_round:
         return {"promotions": promotions, "round_due": True}  # no phase would train on a next edit: it waits
+    if merged := _merged_before(rt, state.phase):  # killed after the merge, before this step's state was saved
+        return {"promotions": [*promotions, merged], "round_due": False}
     main = rt.repo.sha("main")
     cand, source = _llm_edit(rt, state, promotions, main), "llm"
     if cand is None:
         cand, source = _playbook_edit(rt, state, promotions, main), "playbook"
     if cand is not None:
+        rt.repo.add_note(cand.sha, cand.model_dump(mode="json"), ref=NOTES)  # what a re-run rebuilds it from
         main_sha = rt.repo.promote(cand.branch, f"Try {cand.branch}: {cand.variable}", cand.hypothesis,
-                                   {"Variable": cand.variable, "Mode": "keep/discard"})
+                                   {"Variable": cand.variable, "Mode": "keep/discard", "Phase": str(state.phase)})
         promotions.append(Promotion(phase=state.phase, branch=cand.branch, sha=cand.sha, main_sha=main_sha,
                                     candidate=cand, failure_mode="none"))
         rt.emit("promoted", phase=state.phase, branch=cand.branch, main_sha=main_sha, variable=cand.variable,
                 source=source)
     return {"promotions": promotions, "round_due": False}
+
+
+NOTES = "keep_discard"  # git notes ref holding each keep/discard candidate as committed
+
+
+def _merged_before(rt: Runtime, phase: int) -> Promotion | None:
+    """This phase's edit when it is already merged on main (a kill between the merge and the step's saved state):
+    rebuilt from its merge's trailers and its candidate's note, so a re-run never merges a second edit."""
+    for commit in rt.repo.repo.iter_commits("main", first_parent=True, max_count=20):
+        trailers = parse_trailers(commit.message)
+        if trailers.get("Mode") == "keep/discard" and trailers.get("Phase") == str(phase) and len(commit.parents) == 2:
+            note = rt.repo.note(commit.parents[1].hexsha, ref=NOTES)
+            if note:
+                cand = Candidate.model_validate(note)
+                return Promotion(phase=phase, branch=cand.branch, sha=cand.sha, main_sha=commit.hexsha,
+                                 candidate=cand, failure_mode="none")
+    return None
 
 
 def scalar_finding(state: RunState, promotions: list[Promotion]) -> Diagnosis:

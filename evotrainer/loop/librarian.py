@@ -19,7 +19,8 @@ from langgraph.graph import END
 
 from evotrainer.console import summarize
 from evotrainer.contracts import EvalResult, PhaseResult, Promotion
-from evotrainer.loop import escalation
+from evotrainer.harness import RevertConflict
+from evotrainer.loop import escalation, train
 from evotrainer.loop.evidence import EvidenceCache
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
@@ -34,22 +35,28 @@ from evotrainer.trainer.client import TrainerError
 def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult) -> list[tuple[EvalResult, EvalResult]] | None:
     """(without the edit, with it) held-out results, one pair per seed; None when turned off or when a run fails.
 
-    Seed 0: the old main (the merge's first parent) trained exactly like ``after``, the phase that first trained
-    the edit (same checkpoint, seeds and tasks), against that phase. Each further seed
+    Seed 0: the harness ``after`` trained without the edit (the merge's first parent; or, when main changed after
+    the merge, e.g. an earlier edit rolled back, that harness with the merge reverted: :meth:`HarnessRepo.taken_out`)
+    trained exactly like ``after``, the phase that first trained the edit (same checkpoint, seeds and tasks),
+    against that phase. Each further seed
     (``evolution.counterfactual_seeds``) trains both harnesses again from that checkpoint with other seeds: two
     runs of one harness from one checkpoint end a few held-out points apart, and only pairs at several seeds carry
     that noise into the interval (:func:`evotrainer.metrics.paired_gain` resamples seeds, then tasks)."""
     if not rt.cfg.evolution.counterfactual:
         return None
     phase, steps = after.phase, rt.cfg.training.steps_per_phase
-    old_main = rt.repo.repo.commit(promo.main_sha).parents[0].hexsha
+    without = rt.repo.taken_out(promo.main_sha, after.harness_sha)
+    if without is None:
+        rt.emit("counterfactual_error", phase=phase, branch=promo.branch, error=f"git cannot revert {promo.branch}'s "
+                f"merge on the harness phase {phase} trained ({after.harness_sha[:8]}): no counterfactual")
+        return None
     seeds = rt.cfg.evolution.counterfactual_seeds
-    runs = [(old_main, 0)] + [(sha, r) for r in range(1, seeds) for sha in (old_main, after.harness_sha)]
-    req = rt.request(phase, old_main, steps, pilot=True).model_copy(update={"held_out": True})
+    runs = [(without, 0)] + [(sha, r) for r in range(1, seeds) for sha in (without, after.harness_sha)]
+    req = rt.request(phase, without, steps, pilot=True).model_copy(update={"held_out": True})
     scored = {}
     try:
         for i, (sha, replicate) in enumerate(runs):
-            which = "main before" if sha == old_main else "main with"
+            which = "without" if sha == without else "with"
             with rt.reporter.progress(f"phase {phase}: counterfactual {i + 1}/{len(runs)} ({which} {promo.branch}, "
                                       f"seed {replicate})", steps) as bar:
                 scored[sha, replicate] = rt.trainer.run_pilot(
@@ -58,7 +65,7 @@ def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult) -> list[tu
     except TrainerError as err:
         rt.emit("counterfactual_error", phase=phase, branch=promo.branch, error=str(err))
         return None
-    return [(scored[old_main, 0], after.eval)] + [(scored[old_main, r], scored[after.harness_sha, r])
+    return [(scored[without, 0], after.eval)] + [(scored[without, r], scored[after.harness_sha, r])
                                                   for r in range(1, seeds)]
 
 
@@ -148,14 +155,20 @@ def step(rt: Runtime, state: RunState) -> dict:
         effect = realized_effect(rt.evidence, promo, list(state.results), counterfactual(rt, promo, after))
         promotions[i] = promo = promo.model_copy(update={"effect": effect["summary"]})
         if effect["lost"] and not promo.reverted_sha:
-            promotions[i] = promo = promo.model_copy(update={"reverted_sha": rollback(rt, promo, effect)})
-            rt.emit("rolled_back", phase=state.phase, branch=promo.branch, main_sha=promo.reverted_sha,
-                    reason=effect["summary"])
+            try:
+                promotions[i] = promo = promo.model_copy(update={"reverted_sha": rollback(rt, promo, effect)})
+                rt.emit("rolled_back", phase=state.phase, branch=promo.branch, main_sha=promo.reverted_sha,
+                        reason=effect["summary"])
+            except RevertConflict as err:  # main keeps the edit; the run goes on, and says why
+                effect["summary"] += f"; not rolled back: {err}"
+                promotions[i] = promo = promo.model_copy(update={"effect": effect["summary"]})
+                rt.emit("rollback_failed", phase=state.phase, branch=promo.branch, error=str(err))
         rt.repo.add_note(promo.sha, effect, ref="effect")
         lib.record_effect(promo.model_dump(mode="json"), effect, rt.cfg.domain)
         rt.emit("realized_effect", phase=state.phase, branch=promo.branch, **effect)
         effects.append({"branch": promo.branch, **effect})
-    escalation.rollback(rt, state)  # stalled and below the last known-good accuracy: main goes back, by a new commit
+    if rt.cfg.evolution.mode == "evolve":  # the baselines get none of EvoTrainer's machinery
+        escalation.rollback(rt, state)  # stalled and below the last known-good accuracy: main goes back (new commit)
     rt.emit("node_end", node="librarian", phase=state.phase, agent="librarian",
             model=rt.cfg.agents.role("librarian").model,
             outcomes=len(state.reports), effects=[e["branch"] for e in effects], seconds=round(time.time() - t0, 2))
@@ -168,5 +181,7 @@ def step(rt: Runtime, state: RunState) -> dict:
     return {"promotions": promotions}
 
 
-def route(budget: int, state: RunState) -> str:
-    return END if state.phase >= budget else "train"
+def route(rt: Runtime, state: RunState) -> str:
+    """Stop at the budget; else on to the next phase, or first to a round the phase left waiting (a run stopped in
+    its last phase's Librarian, then resumed with a raised budget, starts here, not at START)."""
+    return END if state.phase >= rt.cfg.phases else train.start(rt, state)
