@@ -314,8 +314,9 @@ class HarnessRepo:
         except git.GitCommandError as err:
             conflicted = sorted({line.split("\t")[-1] for line in self.repo.git.ls_files("-u").splitlines()})
             self.recover()
+            files = ", ".join(conflicted) or "see git revert"
             raise RevertConflict(f"git cannot take {merge_sha[:8]} out of main: a later commit changed the same "
-                                 f"lines ({', '.join(conflicted) or 'see git revert'}); main is left as it was") from err
+                                 f"lines ({files}); main is left as it was") from err
         self.repo.git.commit("-m", format_message(subject, body, {**trailers, "Reverts": merge_sha}),
                              author=f"{BOT.name} <{BOT.email}>")
         return self.sha("main")

@@ -39,7 +39,8 @@ def step(rt: Runtime, state: RunState) -> dict:
         if not rose and not promo.reverted_sha:
             try:
                 sha = rt.repo.revert(promo.main_sha, f"Discard {promo.branch}: {promo.candidate.variable}",
-                                     "held-out accuracy did not rise", {"Reason": "keep/discard: accuracy did not rise"})
+                                     "held-out accuracy did not rise",
+                                     {"Reason": "keep/discard: accuracy did not rise"})
                 promotions[last] = promo.model_copy(update={"reverted_sha": sha})
             except RevertConflict as err:  # main keeps the edit; the run goes on, and says why
                 promotions[last] = promo.model_copy(update={"effect": f"{verdict}; not reverted: {err}"})
@@ -73,7 +74,8 @@ def _merged_before(rt: Runtime, phase: int) -> Promotion | None:
     rebuilt from its merge's trailers and its candidate's note, so a re-run never merges a second edit."""
     for commit in rt.repo.repo.iter_commits("main", first_parent=True, max_count=20):
         trailers = parse_trailers(commit.message)
-        if trailers.get("Mode") == "keep/discard" and trailers.get("Phase") == str(phase) and len(commit.parents) == 2:
+        ours = trailers.get("Mode") == "keep/discard" and trailers.get("Phase") == str(phase)
+        if ours and len(commit.parents) == 2:
             note = rt.repo.note(commit.parents[1].hexsha, ref=NOTES)
             if note:
                 cand = Candidate.model_validate(note)
@@ -83,7 +85,8 @@ def _merged_before(rt: Runtime, phase: int) -> Promotion | None:
 
 
 def scalar_finding(state: RunState, promotions: list[Promotion]) -> Diagnosis:
-    """What the scalar loop knows, as the one finding an LLM Engineer answers: accuracy per phase, edits and verdicts."""
+    """What the scalar loop knows, as the one finding an LLM Engineer answers: the accuracy after each phase, and
+    every edit with its verdict."""
     accuracy = ", ".join(f"phase {r.phase} {r.eval.accuracy:.1%}" for r in state.results) or "none yet"
     edits = "; ".join(f"phase {p.phase}: {p.candidate.intervention} ({p.candidate.variable}), "
                       f"{p.effect or 'training now'}" for p in promotions) or "none yet"
