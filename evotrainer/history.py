@@ -53,8 +53,9 @@ def status(rd: RunDir) -> dict:
 
 
 def _phase_k(branch: str) -> tuple[int, int]:
-    m = re.search(r"phase-(\d+)-(\d+)$", branch)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    """(phase, k) of ``candidates/phase-N-k``; keep/discard's ``candidates/phase-N-kd`` sorts after the phase's."""
+    m = re.search(r"phase-(\d+)-(\d+|kd)$", branch)
+    return (int(m.group(1)), 10**6 if m.group(2) == "kd" else int(m.group(2))) if m else (0, 0)
 
 
 def harness_log(rd: RunDir) -> list[dict]:

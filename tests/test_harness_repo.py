@@ -178,3 +178,12 @@ def test_show_file_keeps_the_final_newline_so_edits_keep_it_too(repo: HarnessRep
     sha = repo.commit_candidate("candidates/phase-1-9", repo.sha("main"), edits, "s", "b", {})
     assert repo.show_file(sha, "filters.py").endswith("\n")
     assert "No newline at end of file" not in repo.diff(repo.sha("main"), sha)
+
+
+def test_the_harness_log_reads_the_phase_of_every_candidate_branch_keep_discard_s_too():
+    from evotrainer.history import _phase_k
+
+    branches = ["candidates/phase-2-kd", "candidates/phase-10-1", "candidates/phase-2-1", "candidates/phase-1-12"]
+    assert sorted(branches, key=_phase_k) == ["candidates/phase-1-12", "candidates/phase-2-1",
+                                              "candidates/phase-2-kd", "candidates/phase-10-1"]
+    assert _phase_k("candidates/phase-3-kd")[0] == 3 and _phase_k("elsewhere") == (0, 0)
