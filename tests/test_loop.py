@@ -241,3 +241,31 @@ def test_keep_discard_rerun_after_a_kill_past_its_merge_merges_no_second_edit(tm
     assert (promo.phase, promo.branch, promo.sha, promo.main_sha) == (1, cand.branch, cand.sha, merge)
     assert promo.candidate == cand
     assert keep_discard._merged_before(rt, 2) is None  # the next phase's edit is its own
+
+
+def test_undo_reverts_a_promotion_or_says_why_git_cannot_and_keeps_main(tmp_path):
+    """The Librarian's rollback and keep/discard's discard both undo through ``promote.undo``: a new commit on main,
+    or, when a later promotion changed the same lines, main as it was, the reason in the effect and an event."""
+    from types import SimpleNamespace
+
+    from evotrainer.harness import HarnessRepo
+    from evotrainer.loop.promote import undo
+
+    repo = HarnessRepo.create(tmp_path / "h", "math")
+    events = []
+    rt = SimpleNamespace(repo=repo, emit=lambda kind, **f: events.append((kind, f.get("branch"))))
+
+    def promoted(branch: str, old: str, new: str) -> Promotion:
+        text = repo.show_file("main", "harness.yaml").replace(old, new)
+        sha = repo.commit_candidate(branch, repo.sha("main"), {"harness.yaml": text}, branch, "b", {})
+        return Promotion(phase=1, branch=branch, sha=sha, main_sha=repo.promote(branch, "Promote", "b", {}),
+                         candidate=_cand(branch, ["harness.yaml"]), effect="lost")
+
+    a = promoted("candidates/phase-1-1", "temperature: 1.0 ", "temperature: 1.3 ")
+    b = promoted("candidates/phase-2-1", "temperature: 1.3 ", "temperature: 0.9 ")  # the same line, later
+    kept = undo(rt, a, 2, "Roll back", "lost", {})
+    assert kept.reverted_sha == "" and kept.effect.startswith("lost; not reverted: git cannot take")
+    assert repo.sha("main") == b.main_sha and events == [("rollback_failed", a.branch)]
+    undone = undo(rt, b, 3, "Roll back", "lost", {})
+    assert undone.reverted_sha == repo.sha("main") != b.main_sha and undone.effect == "lost"
+    assert "temperature: 1.3 " in repo.show_file("main", "harness.yaml") and len(events) == 1

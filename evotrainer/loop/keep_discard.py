@@ -21,7 +21,8 @@ from __future__ import annotations
 from agents import EngineerContext, playbook
 from evotrainer.agents_config import HEURISTIC
 from evotrainer.contracts import Candidate, Diagnosis, Promotion
-from evotrainer.harness import HARNESS_FILES, RevertConflict, parse_trailers
+from evotrainer.harness import HARNESS_FILES, parse_trailers
+from evotrainer.loop.promote import undo
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.rollouts import level_history
@@ -37,14 +38,8 @@ def step(rt: Runtime, state: RunState) -> dict:
         verdict = f"{'kept' if rose else 'discarded'}: held-out accuracy {before:.1%} -> {after:.1%}"
         promotions[last] = promo = promo.model_copy(update={"effect": verdict})
         if not rose and not promo.reverted_sha:
-            try:
-                sha = rt.repo.revert(promo.main_sha, f"Discard {promo.branch}: {promo.candidate.variable}",
-                                     "held-out accuracy did not rise",
-                                     {"Reason": "keep/discard: accuracy did not rise"})
-                promotions[last] = promo.model_copy(update={"reverted_sha": sha})
-            except RevertConflict as err:  # main keeps the edit; the run goes on, and says why
-                promotions[last] = promo.model_copy(update={"effect": f"{verdict}; not reverted: {err}"})
-                rt.emit("rollback_failed", phase=state.phase, branch=promo.branch, error=str(err))
+            promotions[last] = undo(rt, promo, state.phase, f"Discard {promo.branch}: {promo.candidate.variable}",
+                                    "held-out accuracy did not rise", {"Reason": "keep/discard: accuracy did not rise"})
     if any(p.phase == state.phase for p in promotions):  # this phase's edit is made (a re-run after a kill)
         return {"promotions": promotions, "round_due": False}
     if state.phase >= rt.cfg.phases and not rt.cfg.evolution.final_round:

@@ -19,9 +19,9 @@ from langgraph.graph import END
 
 from evotrainer.console import summarize
 from evotrainer.contracts import EvalResult, PhaseResult, Promotion
-from evotrainer.harness import RevertConflict
 from evotrainer.loop import escalation, train
 from evotrainer.loop.evidence import EvidenceCache
+from evotrainer.loop.promote import undo
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.metrics import paired_gain, wilson
@@ -117,10 +117,10 @@ def realized_effect(evidence: EvidenceCache, promo: Promotion, results: list[Pha
             "measured_in_phase": after_phase}
 
 
-def rollback(rt: Runtime, promo: Promotion, effect: dict) -> str:
-    """Revert a promotion whose realized effect was a loss, by a new commit on main; the new main's sha."""
-    return rt.repo.revert(
-        promo.main_sha, subject=f"Roll back {promo.branch}: {promo.candidate.variable}",
+def rollback(rt: Runtime, promo: Promotion, effect: dict, phase: int) -> Promotion:
+    """Revert a promotion whose realized effect was a loss, by a new commit on main (:func:`promote.undo`)."""
+    return undo(
+        rt, promo, phase, subject=f"Roll back {promo.branch}: {promo.candidate.variable}",
         body=f"Realized effect in phase {effect['measured_in_phase']}: {effect['summary']}",
         trailers={"Reason": f"held-out accuracy {effect['gain']:+.1%} (95% CI {effect['low']:+.1%} to "
                             f"{effect['high']:+.1%}) against the old main trained from the same checkpoint",
@@ -155,14 +155,11 @@ def step(rt: Runtime, state: RunState) -> dict:
         effect = realized_effect(rt.evidence, promo, list(state.results), counterfactual(rt, promo, after))
         promotions[i] = promo = promo.model_copy(update={"effect": effect["summary"]})
         if effect["lost"] and not promo.reverted_sha:
-            try:
-                promotions[i] = promo = promo.model_copy(update={"reverted_sha": rollback(rt, promo, effect)})
+            promotions[i] = promo = rollback(rt, promo, effect, state.phase)
+            if promo.reverted_sha:
                 rt.emit("rolled_back", phase=state.phase, branch=promo.branch, main_sha=promo.reverted_sha,
                         reason=effect["summary"])
-            except RevertConflict as err:  # main keeps the edit; the run goes on, and says why
-                effect["summary"] += f"; not rolled back: {err}"
-                promotions[i] = promo = promo.model_copy(update={"effect": effect["summary"]})
-                rt.emit("rollback_failed", phase=state.phase, branch=promo.branch, error=str(err))
+            effect["summary"] = promo.effect  # with why it was not reverted, when git could not
         rt.repo.add_note(promo.sha, effect, ref="effect")
         lib.record_effect(promo.model_dump(mode="json"), effect, rt.cfg.domain)
         rt.emit("realized_effect", phase=state.phase, branch=promo.branch, **effect)

@@ -10,9 +10,21 @@ a person approves, revises (router ``route``: back to the Engineer) or aborts fi
 from __future__ import annotations
 
 from evotrainer.contracts import BacktestReport, Candidate, Promotion
+from evotrainer.harness import RevertConflict
 from evotrainer.loop import gate
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
+
+
+def undo(rt: Runtime, promo: Promotion, phase: int, subject: str, body: str, trailers: dict[str, str]) -> Promotion:
+    """Revert a promotion by a new commit on main: the promotion with its ``reverted_sha``. When git cannot (a later
+    promotion changed the same lines), main keeps the edit, the promotion's effect says why, a ``rollback_failed``
+    event is emitted, and the run goes on."""
+    try:
+        return promo.model_copy(update={"reverted_sha": rt.repo.revert(promo.main_sha, subject, body, trailers)})
+    except RevertConflict as err:
+        rt.emit("rollback_failed", phase=phase, branch=promo.branch, error=str(err))
+        return promo.model_copy(update={"effect": f"{promo.effect}; not reverted: {err}"})
 
 
 def margin(report: BacktestReport) -> float:
