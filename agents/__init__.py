@@ -25,7 +25,8 @@ from pydantic import BaseModel, Field
 from evotrainer.config import Config
 from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, EvalResult, PhaseResult, Promotion, Skill
 from evotrainer.domains.base import Domain
-from evotrainer.harness import HarnessRepo, Knobs
+from evotrainer.harness.knobs import Knobs
+from evotrainer.harness.repo import HarnessRepo
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Backtester: judges each candidate: replay checks on retained rollouts, then an A/B training trial.
 
-The checks themselves are framework code (``evotrainer/backtest.py``, run by the loop's ``Bench``), on the harness
+The checks themselves are framework code (``evotrainer/judge/checks.py``, run by the loop's ``Testbed``), on the harness
 in the sandbox, so no agent can weaken them. The built-in Backtester promotes only when every check passes (the
 trial included); the reasons it gives are the failing checks in words.
 """
@@ -15,7 +15,7 @@ from agents.llm import LLMRole
 from evotrainer.contracts import BacktestReport, Candidate
 
 
-class Bench(Protocol):
+class Testbed(Protocol):
     """What the loop lends the Backtester: every check of a candidate, the A/B trial included."""
 
     def judge(self, candidate: Candidate) -> BacktestReport: ...
@@ -24,8 +24,8 @@ class Bench(Protocol):
 class HeuristicBacktester:
     name = "heuristic"
 
-    def judge(self, candidate: Candidate, bench: Bench) -> BacktestReport:
-        report = bench.judge(candidate)
+    def judge(self, candidate: Candidate, testbed: Testbed) -> BacktestReport:
+        report = testbed.judge(candidate)
         failing = [c for c in report.checks if not c.passed]
         report.verdict = "reject" if failing else "promote"
         return report
@@ -46,8 +46,8 @@ class LLMBacktester(LLMRole):
 
     role = "backtester"
 
-    def judge(self, candidate: Candidate, bench: Bench) -> BacktestReport:
-        report = self.builtin.judge(candidate, bench)
+    def judge(self, candidate: Candidate, testbed: Testbed) -> BacktestReport:
+        report = self.builtin.judge(candidate, testbed)
         checks = "\n".join(f"{c.name}: main {c.base}, candidate {c.candidate}, threshold {c.threshold}, "
                            f"{'passed' if c.passed else 'FAILED'} {c.detail}" for c in report.checks)
         answer = self.ask_once(

@@ -18,7 +18,7 @@ from typing import Callable
 
 from pydantic import BaseModel, Field
 
-from evotrainer.harness import KnobsError, parse_knobs
+from evotrainer.harness.knobs import KnobsError, parse_knobs
 
 
 class Block(BaseModel):

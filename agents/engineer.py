@@ -17,7 +17,7 @@ from __future__ import annotations
 from agents import EngineerContext
 from agents.playbook import Intervention, for_domain, layer_of
 from evotrainer.contracts import Candidate, Diagnosis, Skill
-from evotrainer.harness import HARNESS_FILES
+from evotrainer.harness.repo import HARNESS_FILES
 
 
 class HeuristicEngineer:

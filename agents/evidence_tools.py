@@ -70,7 +70,7 @@ class EvidenceTools:
 
     @classmethod
     def from_run(cls, run_dir: str | Path) -> "EvidenceTools":
-        from evotrainer.history import harness_log, phase_results
+        from evotrainer.report.history import harness_log, phase_results
         from evotrainer.rundir import RunDir
 
         rd = RunDir(Path(run_dir))

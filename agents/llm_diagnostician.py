@@ -78,7 +78,7 @@ def evidence_brief(ev: PhaseEvidence, tools: EvidenceTools) -> str:
 def history_of(ev: PhaseEvidence) -> list[dict]:
     if ev.run_dir is None:
         return []
-    from evotrainer.history import harness_log
+    from evotrainer.report.history import harness_log
     from evotrainer.rundir import RunDir
 
     try:

@@ -3,7 +3,7 @@ search/replace blocks (:mod:`agents.edits`), one hypothesis and one variable per
 
 The answer is checked before anything is committed: every block applies exactly and the result compiles (else the
 problems go back to the model, ``retries`` times), the blocks change only the one variable the candidate declares
-(what a variable covers is :mod:`evotrainer.variables`' rule, the one the backtest's safety check applies), the
+(what a variable covers is :mod:`evotrainer.judge.variables`' rule, the one the backtest's safety check applies), the
 diagnosis id is a confirmed one, the target metric is one the backtest measures, the intervention was not tried
 this phase, one offered as a subtraction is one (:func:`evotrainer.loop.escalation.subtraction_problem`: it reverts
 an earlier promotion or only deletes), and, when the run is stalled, the edit changes a layer not edited during the
@@ -25,9 +25,9 @@ from agents.engineer import HeuristicEngineer, commit
 from agents.librarian import how_of
 from agents.llm import LLMRole, UseBuiltin
 from agents.playbook import layer_of
-from evotrainer import variables
 from evotrainer.contracts import Candidate, Diagnosis, Skill
-from evotrainer.harness import seed_dir
+from evotrainer.harness.repo import seed_dir
+from evotrainer.judge import variables
 from evotrainer.loop.escalation import subtraction_problem
 
 
@@ -51,7 +51,7 @@ class EngineerAnswer(BaseModel):
 
 def target_metrics() -> list[str]:
     """The metrics a backtest measures on replay (the A/B trial then judges held-out-like accuracy)."""
-    from evotrainer.replay import METRICS
+    from evotrainer.judge.replay import METRICS
 
     return sorted(METRICS)
 

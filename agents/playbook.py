@@ -8,7 +8,7 @@ leave an ``# intervention: NAME`` marker so the Engineer does not apply one twic
 
 This module holds what any domain can use: the :class:`Intervention` type, the text editors, and the generic
 interventions (group filter, curriculum, truncation, RL knobs). Interventions that know a domain's answer
-format live beside the domain, in ``evotrainer/domains/<domain>/interventions.py`` (a module-level
+format live in ``agents/domains/<domain>.py`` (a module-level
 ``INTERVENTIONS`` list built from the pieces here); :func:`for_domain` imports it lazily and merges both lists by
 ``priority``, so ``evotrainer`` never imports ``agents`` and a new domain needs no edit here. The harness files
 these edits write to, and what their code may rely on, are described in ``harness_repo/README.md``.
@@ -21,13 +21,13 @@ Try it alone::
 from __future__ import annotations
 
 import ast
-import re
 import importlib
+import re
 from dataclasses import dataclass
 from typing import Callable
 
 from evotrainer.contracts import Diagnosis
-from evotrainer.harness import Knobs
+from evotrainer.harness.knobs import Knobs
 
 Files = dict[str, str]
 
@@ -278,17 +278,17 @@ GENERIC: list[Intervention] = [
 
 # --- the public API ------------------------------------------------------------------------------------------
 def for_domain(domain: str) -> list[Intervention]:
-    """The generic interventions plus ``evotrainer.domains.<domain>.interventions.INTERVENTIONS``, by priority.
+    """The generic interventions plus ``agents.domains.<domain>.INTERVENTIONS``, by priority.
 
     A domain without an interventions module gets the generic ones only. Names must be unique across both.
     """
     if not domain.isidentifier():
         raise ValueError(f"bad domain name {domain!r}")
-    module_name = f"evotrainer.domains.{domain}.interventions"
+    module_name = f"agents.domains.{domain}"
     try:
         own = list(importlib.import_module(module_name).INTERVENTIONS)
     except ModuleNotFoundError as err:
-        if err.name not in (module_name, f"evotrainer.domains.{domain}"):
+        if err.name != module_name:
             raise  # the module exists but one of its imports is missing: that is a bug, not "no interventions"
         own = []
     clash = {i.name for i in own} & {i.name for i in GENERIC}

@@ -42,7 +42,7 @@ def per_level(tasks: list[dict], k: int) -> list[dict]:
 def calibrate(seed: int, overrides: list[str], n_tasks: int, group: int, log=print) -> dict:
     import torch
 
-    from evotrainer.policy import ensure_base_policy
+    from evotrainer.policy.build import ensure_base_policy
     from evotrainer.trainer.model import evaluate, load_policy
 
     cfg = apply_overrides(parse({"seed": seed}), overrides)

@@ -1,6 +1,6 @@
 """How often does the A/B trial promote an edit that cannot help? (goal: at most 5% of trials)
 
-Each trial is the gate's own decision (``evotrainer.backtest.trial_check``) on two arms trained from the same
+Each trial is the gate's own decision (``evotrainer.judge.checks.trial_check``) on two arms trained from the same
 checkpoint, scored on the probe split:
 
     --null seeds   main against itself: both arms train main's harness; the candidate arm's seeds are shifted, so
@@ -53,9 +53,9 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     from evotrainer import config as C
-    from evotrainer.backtest import trial_check
     from evotrainer.config import SandboxConfig
-    from evotrainer.harness import HarnessRepo
+    from evotrainer.harness.repo import HarnessRepo
+    from evotrainer.judge.checks import trial_check
     from evotrainer.rundir import RunDir
     from evotrainer.trainer.grpo import run_pilot
     from evotrainer.trainer.wire import PhaseRequest

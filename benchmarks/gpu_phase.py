@@ -56,7 +56,7 @@ def build(name: str, folder: Path) -> Path:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from evotrainer.config import TinyPolicyConfig
-    from evotrainer.policy import build_model, build_tokenizer
+    from evotrainer.policy.build import build_model, build_tokenizer
 
     tokenizer = build_tokenizer()
     if name == "tiny":
@@ -76,7 +76,7 @@ def make_run(folder: Path, model: str, args) -> tuple:
     import yaml
 
     from evotrainer.config import apply_overrides, parse
-    from evotrainer.harness import HarnessRepo, seed_dir
+    from evotrainer.harness.repo import HarnessRepo, seed_dir
     from evotrainer.rundir import RunDir
     from evotrainer.trainer.wire import PhaseRequest
 
@@ -151,7 +151,8 @@ def plain_arm(req, rd, device: str, scratch: Path) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from evotrainer.domains import get_domain
-    from evotrainer.harness import HarnessRepo, read_knobs
+    from evotrainer.harness.knobs import read_knobs
+    from evotrainer.harness.repo import HarnessRepo
     from evotrainer.trainer.grpo import grpo_config, policy_prompt, sample_tasks
     from evotrainer.trainer.model import load_policy, uses_chat
 

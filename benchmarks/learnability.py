@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from evotrainer.history import phase_results
 from evotrainer.metrics import paired_gain
+from evotrainer.report.history import phase_results
 from evotrainer.rundir import RunDir
 
 

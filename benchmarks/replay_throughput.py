@@ -2,7 +2,7 @@
 
     python benchmarks/replay_throughput.py [--rollouts 100000] [--backends process,bwrap,unshare] [--starts 5] [--plain]
 
-A backtest replays main and every candidate on the retained rollouts inside a sandbox (``evotrainer.replay``).
+A backtest replays main and every candidate on the retained rollouts inside a sandbox (``evotrainer.judge.replay``).
 This measures what the sandbox costs there. "in-process" runs the same replay with the harness called directly
 in this process (the runner's ops without a process boundary, no JSON: what a replay would cost with no
 isolation at all); each backend runs it through a real ``HarnessWorker``. For each it prints the whole replay's
@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotrainer.harness import seed_dir  # noqa: E402
-from evotrainer.replay import replay  # noqa: E402
+from evotrainer.harness.repo import seed_dir  # noqa: E402
+from evotrainer.judge.replay import replay  # noqa: E402
 from sandbox import BACKENDS, HarnessWorker, SandboxLimits, choose_backend, frames  # noqa: E402
 
 OPS = ("score", "filter", "curriculum", "diagnostics")

@@ -70,8 +70,8 @@ def main() -> None:
         print(f"built {run}: {args.phases} phases in {time.time() - t0:.0f} s")
 
     t0, cpu0 = time.perf_counter(), time.process_time()
-    from evotrainer import report
-    from evotrainer.history import harness_log, phase_results
+    from evotrainer.report import collect as report
+    from evotrainer.report.history import harness_log, phase_results
     from evotrainer.rundir import RunDir
 
     rd = RunDir(run)

@@ -2,7 +2,7 @@
 
 Trains main and a candidate of a finished run from the checkpoint of one of its phases, exactly as the loop's
 trial does (``PhaseRequest.make``: same seeds, tasks and batch; ``--seeds`` replicates per arm), for each of
-several budgets, and prints the gate's paired decision (``evotrainer.backtest.trial_check``) at each. An edit
+several budgets, and prints the gate's paired decision (``evotrainer.judge.checks.trial_check``) at each. An edit
 whose gain shrinks or turns negative as the budget grows is one a short trial promotes and a phase regrets.
 
     python benchmarks/trial_horizon.py RUN_DIR REF [--phase 1] [--horizons 20,60,180] [--seeds 2] [--probe 300]
@@ -39,8 +39,8 @@ def main() -> None:
     a = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    from evotrainer.backtest import trial_check
-    from evotrainer.harness import HarnessRepo
+    from evotrainer.harness.repo import HarnessRepo
+    from evotrainer.judge.checks import trial_check
     from evotrainer.rundir import RunDir
     from evotrainer.trainer.grpo import run_pilot
     from evotrainer.trainer.wire import PhaseRequest

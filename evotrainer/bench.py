@@ -31,8 +31,8 @@ from typing import Any
 
 from evotrainer import config as config_mod
 from evotrainer.console import Reporter
-from evotrainer.history import phase_results
 from evotrainer.metrics import gain_over_replicates, paired_gain
+from evotrainer.report.history import phase_results
 from evotrainer.rundir import RunDir
 
 

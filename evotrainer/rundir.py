@@ -124,8 +124,8 @@ class RunDir:
         during ``init`` leaves either nothing or a complete run directory."""
         import shutil
 
-        from evotrainer.harness import HarnessRepo
-        from evotrainer.policy import resolve_model
+        from evotrainer.harness.repo import HarnessRepo
+        from evotrainer.policy.build import resolve_model
 
         if self.root.exists() and any(self.root.iterdir()):
             raise RunDirError(f"{self.root}: already exists and is not empty (choose a new directory)")
@@ -169,7 +169,7 @@ class RunDir:
         return random.Random(f"probe-{len(pool)}").sample(pool, min(n, len(pool)))
 
     def ensure_policy(self, log=print, progress=None) -> str:
-        from evotrainer.policy import ensure_base_policy
+        from evotrainer.policy.build import ensure_base_policy
 
         cfg = self.load_config()
         domain = get_domain(cfg.domain)

@@ -18,7 +18,8 @@ from agents.engineer import HeuristicEngineer
 from agents.playbook import for_domain
 from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, EvalResult, PhaseResult
 from evotrainer.domains import get_domain
-from evotrainer.harness import HARNESS_FILES, HarnessRepo, read_knobs
+from evotrainer.harness.knobs import read_knobs
+from evotrainer.harness.repo import HARNESS_FILES, HarnessRepo
 from evotrainer.rollouts import level_history
 from sandbox import run_selftest
 from tests.conftest import rollouts

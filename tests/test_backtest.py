@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from agents.playbook import find
-from evotrainer.backtest import run_backtest
 from evotrainer.config import BacktestConfig, SandboxConfig
 from evotrainer.contracts import Candidate
-from evotrainer.harness import HarnessRepo, read_knobs
+from evotrainer.harness.knobs import read_knobs
+from evotrainer.harness.repo import HarnessRepo
+from evotrainer.judge.checks import run_backtest
 from sandbox import SandboxLimits
 from tests.conftest import VIEW_CHECKING_FILTERS, rollouts, tasks_for
 
@@ -83,7 +84,7 @@ def test_without_trials_the_target_on_replay_decides(repo, rows):
 
 def test_a_reward_that_splits_dead_groups_passes_the_safety_checks(repo, rows):
     """Partial credit gives all-wrong groups reward spread: it changes the update, keeps the ordering against
-    verified, and goes on to the A/B trial (run by the loop's Bench)."""
+    verified, and goes on to the A/B trial (run by the loop's Testbed)."""
     edit = find("math", "partial_credit_reward").edit(
         {n: repo.show_file("main", n) for n in ("rewards.py", "harness.yaml")}, read_knobs(repo.path), {})
     cand = _commit(repo, edit, "rewards.closeness", "dead_group_ratio", "down", "partial_credit_reward")
@@ -148,7 +149,7 @@ def test_broken_knobs_are_rejected_before_any_code_runs(repo, rows):
 
 
 def test_filters_see_the_same_rollout_fields_in_replay_as_in_training(repo, rows, tmp_path):
-    from evotrainer.replay import replay
+    from evotrainer.judge.replay import replay
     from sandbox import HarnessWorker
 
     cand = _commit(repo, {"filters.py": VIEW_CHECKING_FILTERS}, "filters.keep_rollout", "kept_fraction", "down")
@@ -159,7 +160,7 @@ def test_filters_see_the_same_rollout_fields_in_replay_as_in_training(repo, rows
 
 
 def test_a_diagnostic_already_out_of_bounds_on_main_may_improve_but_not_worsen():
-    from evotrainer.backtest import _diag_checks
+    from evotrainer.judge.checks import _diag_checks
 
     high = {"m": {"value": 0.9, "min": 0.1, "max": 0.5}}  # above its max on main
     assert _diag_checks(high, {"m": {"value": 0.6}})[0].passed  # better, though still out of bounds
@@ -176,7 +177,7 @@ def test_dynamic_sampling_is_one_variable_and_its_refill_cut_is_not_a_dropped_si
     """DAPO's dynamic sampling (a filter dropping groups without spread plus ``oversample: 2``) is one variable, and
     its replay keeps only the step's prompt count of the kept groups: the spare ones are the refill's extra
     generation, not verified-correct rollouts the edit takes away, so it goes on to the A/B trial."""
-    from evotrainer.variables import covers
+    from evotrainer.judge.variables import covers
 
     # batches of 4 groups: 3 with reward spread and 1 all right, so half the batch (2 groups) leaves a spread group
     # spare; the all-right group's correct rollouts train with advantage 0 on main and not at all on the candidate

@@ -21,7 +21,7 @@ import pytest
 from agents import build_agents
 from evotrainer.console import Reporter
 from evotrainer.contracts import BacktestReport, Candidate, Promotion
-from evotrainer.harness import HarnessRepo
+from evotrainer.harness.repo import HarnessRepo
 from evotrainer.loop import backtest
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
@@ -191,7 +191,7 @@ def _pilot(correct: list[int], attempts: list[dict] = ()):
 
 
 def test_the_trial_holds_only_the_candidates_own_attempts_against_it() -> None:
-    from evotrainer.backtest import trial_verdict
+    from evotrainer.judge.checks import trial_verdict
 
     inherited = {"kind": "network", "what": "connect 192.0.2.1:80", "where": "rewards.py:9", "op": "score"}
     own = {"kind": "file", "what": "open /etc/passwd", "where": "filters.py:3", "op": "filter"}

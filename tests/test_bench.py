@@ -108,7 +108,7 @@ def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_pa
 
     from evotrainer.bench import run_bench
     from evotrainer.console import Reporter
-    from evotrainer.history import phase_results
+    from evotrainer.report.history import phase_results
     from evotrainer.rollouts import read_rollouts
     from evotrainer.rundir import RunDir
     from tests.conftest import FAST

@@ -52,7 +52,7 @@ def test_policy_model_accepts_a_hugging_face_id_or_path():
 
 
 def test_policy_model_path_must_hold_a_checkpoint(tmp_path: Path, monkeypatch):
-    from evotrainer.policy import resolve_model
+    from evotrainer.policy.build import resolve_model
 
     assert resolve_model("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
     assert resolve_model("tiny") == "tiny"

@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from evotrainer import config as C
-from evotrainer.harness import HarnessRepo
+from evotrainer.harness.repo import HarnessRepo
 from evotrainer.rundir import RunDir
 from evotrainer.trainer import dashboards
 from evotrainer.trainer.wire import PhaseRequest

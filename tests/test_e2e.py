@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from evotrainer.contracts import Rollout
-from evotrainer.harness import parse_trailers
+from evotrainer.harness.repo import parse_trailers
 from tests.conftest import FAST, cli
 
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from evotrainer import config as C
 from evotrainer.contracts import Candidate, EvalResult, PhaseResult, Promotion
-from evotrainer.harness import HarnessRepo
+from evotrainer.harness.repo import HarnessRepo
 from evotrainer.loop import escalation
 from evotrainer.loop.state import RunState
 

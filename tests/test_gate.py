@@ -13,10 +13,11 @@ import pytest
 
 from agents.playbook import find
 from evotrainer import config as C
-from evotrainer.backtest import run_backtest, trial_verdict, with_check
 from evotrainer.config import BacktestConfig, SandboxConfig
 from evotrainer.contracts import Candidate
-from evotrainer.harness import HarnessRepo, read_knobs
+from evotrainer.harness.knobs import read_knobs
+from evotrainer.harness.repo import HarnessRepo
+from evotrainer.judge.checks import run_backtest, trial_verdict, with_check
 from evotrainer.rundir import RunDir
 from tests.conftest import FAST, rollouts, tasks_for
 
@@ -80,7 +81,7 @@ def _judged(run_dir: RunDir, rows: list[dict], cand: Candidate, main_arm: list):
     repo = HarnessRepo(run_dir.harness)
     report = run_backtest(repo, cand, rows, tasks_for(rows), main_sha=repo.sha("main"), settings=SETTINGS,
                           sandbox=SandboxConfig(), hide=[])
-    if report.verdict == "promote":  # what the loop's Bench does next
+    if report.verdict == "promote":  # what the loop's Testbed does next
         report = with_check(report, trial_verdict(main_arm, _pilots(run_dir, cand.sha)))
     return report
 

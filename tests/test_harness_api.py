@@ -15,7 +15,8 @@ import re
 import pytest
 import yaml
 
-from evotrainer.harness import HARNESS_FILES, Knobs
+from evotrainer.harness.knobs import Knobs
+from evotrainer.harness.repo import HARNESS_FILES
 from evotrainer.rollouts import HARNESS_VIEW, harness_view, level_history
 from tests.conftest import ROOT, SEED, rollouts, tasks_for
 

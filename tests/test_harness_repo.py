@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evotrainer.harness import HarnessRepo, KnobsError, parse_trailers, read_knobs
+from evotrainer.harness.knobs import KnobsError, read_knobs
+from evotrainer.harness.repo import HarnessRepo, parse_trailers
 
 
 @pytest.fixture
@@ -115,7 +116,7 @@ def test_broken_knobs_give_a_readable_error(repo: HarnessRepo, tmp_path: Path):
 
 def test_a_promotion_is_rolled_back_by_a_new_commit(tmp_path):
     """A promoted edit whose realized effect was a loss is undone on main without rewriting history."""
-    from evotrainer.harness import HarnessRepo, parse_trailers
+    from evotrainer.harness.repo import HarnessRepo, parse_trailers
 
     repo = HarnessRepo.create(tmp_path / "h", "math")
     before = repo.sha("main")
@@ -140,7 +141,7 @@ def _promote_line(repo: HarnessRepo, branch: str, old: str, new: str) -> str:
 def test_a_rollback_git_cannot_apply_leaves_main_as_it_was_and_the_run_able_to_go_on(repo: HarnessRepo):
     """A later promotion changed the lines next to the edit being rolled back: the revert conflicts. Main is left
     as it was, the checkout clean, and the next git step (recover, promote) works: a resume is never stuck."""
-    from evotrainer.harness import RevertConflict
+    from evotrainer.harness.repo import RevertConflict
 
     a = _promote_line(repo, "candidates/phase-1-1", "temperature: 1.0 ", "temperature: 1.3 ")
     b = _promote_line(repo, "candidates/phase-2-1", "temperature: 1.3 ", "temperature: 0.9 ")  # the same line
@@ -170,7 +171,7 @@ def test_a_promotion_is_taken_out_of_whatever_main_became_for_its_counterfactual
 
 def test_show_file_keeps_the_final_newline_so_edits_keep_it_too(repo: HarnessRepo):
     from agents.playbook import find
-    from evotrainer.harness import read_knobs
+    from evotrainer.harness.knobs import read_knobs
 
     text = repo.show_file("main", "filters.py")
     assert text == (repo.path / "filters.py").read_text() and text.endswith("\n")
@@ -181,7 +182,7 @@ def test_show_file_keeps_the_final_newline_so_edits_keep_it_too(repo: HarnessRep
 
 
 def test_the_harness_log_reads_the_phase_of_every_candidate_branch_keep_discard_s_too():
-    from evotrainer.history import _phase_k
+    from evotrainer.report.history import _phase_k
 
     branches = ["candidates/phase-2-kd", "candidates/phase-10-1", "candidates/phase-2-1", "candidates/phase-1-12"]
     assert sorted(branches, key=_phase_k) == ["candidates/phase-1-12", "candidates/phase-2-1",

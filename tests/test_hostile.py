@@ -4,12 +4,12 @@ Every hostile edit is rejected with its own reason (a named check, and words of 
 reasons), the gate returns normally (the run goes on), the run's state is untouched (main, the other branches, no
 note) and nothing outside the sandbox changes: a canary folder beside the run, the harness repo's ``.git``,
 site-packages, the evaluator split; no process outlives the judging. Benign edits (the playbook's) pass every
-safety check (``evotrainer.safety.SAFETY_CHECKS``); whether they promote is the A/B trial's business. With
+safety check (``evotrainer.judge.safety.SAFETY_CHECKS``); whether they promote is the A/B trial's business. With
 replay deciding (``backtest.trial_steps: 0``), five benign edits are promoted on rollouts that show the failure each
 fixes (``benign_world``).
 
-Main is exported, started and replayed once for the module (``evotrainer.backtest.Baseline``, as the loop's
-evidence cache does); each candidate is judged by ``evotrainer.backtest.judge`` on synthetic rollouts. The kinds
+Main is exported, started and replayed once for the module (``evotrainer.judge.checks.Baseline``, as the loop's
+evidence cache does); each candidate is judged by ``evotrainer.judge.checks.judge`` on synthetic rollouts. The kinds
 marked slow run with ``-m slow``.
 """
 
@@ -26,11 +26,12 @@ import psutil
 import pytest
 
 from agents.playbook import find
-from evotrainer.backtest import Baseline, harness_worker, judge
 from evotrainer.config import BacktestConfig, SandboxConfig
 from evotrainer.contracts import Candidate
-from evotrainer.harness import HarnessRepo, read_knobs
-from evotrainer.safety import SAFETY_CHECKS
+from evotrainer.harness.knobs import read_knobs
+from evotrainer.harness.repo import HarnessRepo
+from evotrainer.judge.checks import Baseline, harness_worker, judge
+from evotrainer.judge.safety import SAFETY_CHECKS
 from sandbox import SandboxLimits
 from tests.conftest import rollouts, tasks_for
 

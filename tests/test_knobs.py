@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from evotrainer import config as C
-from evotrainer.harness import HarnessRepo, KnobsError, Knobs, parse_knobs
+from evotrainer.harness.knobs import Knobs, KnobsError, parse_knobs
+from evotrainer.harness.repo import HarnessRepo
 from evotrainer.rundir import RunDir
 from tests.conftest import FAST
 
@@ -151,7 +152,7 @@ def _apart(base: dict[str, torch.Tensor], other: dict[str, torch.Tensor], start:
     ("reward_scale: 2.0", "reward_scale acts only with scale_rewards: none"),
 ])
 def test_a_value_that_could_not_act_is_refused(text, says):
-    from evotrainer.harness import seed_dir
+    from evotrainer.harness.repo import seed_dir
 
     seed = (seed_dir("math") / "harness.yaml").read_text()
     key = text.split(":")[0]
@@ -189,8 +190,8 @@ def test_the_optimizer_state_carries_into_the_next_phase(run_dir):
 def test_a_reward_weight_that_names_no_component_is_refused_in_training_and_replay():
     """Both call ``scoring.total_reward``: a weight for a component rewards.py does not define would weigh nothing
     (and would let the only real component's weight pass the rule above), so it fails in one line."""
-    from evotrainer.harness import seed_dir
-    from evotrainer.scoring import total_reward
+    from evotrainer.harness.repo import seed_dir
+    from evotrainer.judge.scoring import total_reward
 
     seed = (seed_dir("math") / "harness.yaml").read_text()
     knobs = parse_knobs(seed.replace("  correct: 1.0", "  correct: 2.0\n  corect: 1.0"))  # a typo beside it
@@ -211,7 +212,7 @@ def test_the_schedule_is_the_run_s_and_a_phase_boundary_does_not_restart_it():
     from evotrainer.trainer.wire import PhaseRequest
 
     def knobs(**changes) -> Knobs:
-        from evotrainer.harness import seed_dir
+        from evotrainer.harness.repo import seed_dir
 
         text = (seed_dir("math") / "harness.yaml").read_text()
         for key, value in changes.items():

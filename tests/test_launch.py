@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from evotrainer import config as C
-from evotrainer.harness import HarnessRepo
+from evotrainer.harness.repo import HarnessRepo
+from evotrainer.judge.scoring import trained as did_train
 from evotrainer.rollouts import read_rollouts
 from evotrainer.rundir import RunDir
-from evotrainer.scoring import trained as did_train
 from evotrainer.trainer import launch
 from tests.conftest import FAST, SEED
 from tests.test_trainer import _SCORING_REWARDS, _request, _weights
@@ -74,7 +74,7 @@ def test_only_the_allowed_launcher_flags_reach_the_command_line(tmp_path):
 
 
 def test_processes_must_divide_the_generated_batch(monkeypatch, tmp_path):
-    from evotrainer.harness import read_knobs
+    from evotrainer.harness.knobs import read_knobs
     from evotrainer.trainer.grpo import grpo_config
     from evotrainer.trainer.wire import PhaseRequest
 
@@ -91,7 +91,7 @@ def test_processes_must_divide_the_generated_batch(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_two_processes_train_one_phase_and_the_harness_judges_the_whole_batch(tmp_path, policy_cache):
-    from evotrainer.replay import replay
+    from evotrainer.judge.replay import replay
     from sandbox import HarnessWorker
 
     os.environ["EVOTRAINER_CACHE"] = str(policy_cache)

@@ -21,11 +21,20 @@ from agents.llm import LLMContext
 from agents.llm_diagnostician import LLMDiagnostician
 from agents.llm_engineer import LLMEngineer
 from evotrainer import config as C
-from evotrainer.contracts import (BacktestReport, Candidate, Check, EvalResult, MetricEvidence, PhaseResult,
-                                  Promotion, Rollout)
+from evotrainer.contracts import (
+    BacktestReport,
+    Candidate,
+    Check,
+    EvalResult,
+    MetricEvidence,
+    PhaseResult,
+    Promotion,
+    Rollout,
+)
 from evotrainer.domains import get_domain
 from evotrainer.events import EventLog
-from evotrainer.harness import HarnessRepo, read_knobs
+from evotrainer.harness.knobs import read_knobs
+from evotrainer.harness.repo import HarnessRepo
 from evotrainer.loop.state import serializer
 from evotrainer.rollouts import write_rollouts
 from tests.conftest import rollouts

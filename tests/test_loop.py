@@ -222,7 +222,7 @@ def test_keep_discard_rerun_after_a_kill_past_its_merge_merges_no_second_edit(tm
     from types import SimpleNamespace
 
     from evotrainer import config as C
-    from evotrainer.harness import HarnessRepo
+    from evotrainer.harness.repo import HarnessRepo
     from evotrainer.loop import keep_discard
 
     repo = HarnessRepo.create(tmp_path / "h", "math")
@@ -248,7 +248,7 @@ def test_undo_reverts_a_promotion_or_says_why_git_cannot_and_keeps_main(tmp_path
     or, when a later promotion changed the same lines, main as it was, the reason in the effect and an event."""
     from types import SimpleNamespace
 
-    from evotrainer.harness import HarnessRepo
+    from evotrainer.harness.repo import HarnessRepo
     from evotrainer.loop.promote import undo
 
     repo = HarnessRepo.create(tmp_path / "h", "math")

@@ -151,7 +151,7 @@ def _replayed(n_groups: int, seed: int) -> list[dict]:
 
 
 def test_figures_built_from_group_parts_are_the_figures_over_rows():
-    from evotrainer.replay import METRICS, PARTS
+    from evotrainer.judge.replay import METRICS, PARTS
 
     rows = _replayed(120, seed=3)
     trained_view = [{**r, "kept": r["trained"]} for r in rows]
@@ -188,7 +188,7 @@ def _groups(rows: list[dict]) -> list[list[dict]]:
 def test_the_noise_floor_from_group_parts_has_the_spread_of_the_row_bootstrap(metric, mix):
     """The backtest's noise floor of a figure made of group parts adds the parts of each resample up; recomputing
     the figure on each resample's rows (the generic path, for any figure) gives the same spread."""
-    from evotrainer.replay import METRICS, mixed, noise_floor
+    from evotrainer.judge.replay import METRICS, mixed, noise_floor
 
     rows = _replayed(400, seed=5)
     fast = noise_floor(rows, metric, mix, resamples=400)

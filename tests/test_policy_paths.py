@@ -63,7 +63,7 @@ def test_the_sandbox_passes_chat_messages_and_names_a_malformed_one(tmp_path: Pa
 def _tiny(tmp_path: Path, chat: bool) -> Path:
     """A small random char-level policy saved as a checkpoint folder (with a chat template when ``chat``)."""
     from evotrainer.config import TinyPolicyConfig
-    from evotrainer.policy import build_model, build_tokenizer
+    from evotrainer.policy.build import build_model, build_tokenizer
 
     tokenizer = build_tokenizer()
     if chat:

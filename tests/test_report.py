@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from evotrainer.contracts import EvalResult, Rollout, Skill
-from evotrainer.harness import HarnessRepo
-from evotrainer.history import phase_results
-from evotrainer.report import accuracy_change, write_quietly
+from evotrainer.harness.repo import HarnessRepo
+from evotrainer.report.collect import accuracy_change, write_quietly
+from evotrainer.report.history import phase_results
 from evotrainer.rollouts import read_rollouts, write_rollouts
 from evotrainer.rundir import RunDir
 from tests.conftest import FAST, ROOT, cli
@@ -490,7 +490,7 @@ def test_json_outputs_keep_their_documented_keys(run_dir: Path, env: dict):
 
 
 def test_agent_usage_counts_calls_tokens_and_cost_per_role_when_logged(tmp_path: Path):
-    from evotrainer.report import agent_usage
+    from evotrainer.report.collect import agent_usage
 
     rd = RunDir(tmp_path)
     ev = rd.events

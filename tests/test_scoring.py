@@ -1,4 +1,4 @@
-"""The scoring contract's numbers (``evotrainer/scoring.py``), worked by hand: what training and replay both compute.
+"""The scoring contract's numbers (``evotrainer/judge/scoring.py``), worked by hand: what training and replay both compute.
 
 A filter that drops part of a group recomputes that group's advantages over the rollouts it kept (a lone survivor
 gets 0, a dropped rollout 0); dynamic sampling trains the first kept groups up to the step's prompt count. That
@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from evotrainer.scoring import batch_advantages, capacity_cut
+from evotrainer.judge.scoring import batch_advantages, capacity_cut
 
 STD_OF_1_0 = math.sqrt(0.5)  # the unbiased standard deviation of [1, 0]
 

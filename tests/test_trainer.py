@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from evotrainer import config as C
-from evotrainer.harness import HarnessRepo
+from evotrainer.harness.repo import HarnessRepo
+from evotrainer.judge.scoring import trained as did_train
 from evotrainer.rollouts import read_rollouts
-from evotrainer.scoring import trained as did_train
 from evotrainer.rundir import RunDir
 from tests.conftest import FAST, VIEW_CHECKING_FILTERS
 
@@ -115,7 +115,7 @@ def test_group_filter_decides_what_trains(run_dir: RunDir):
 
 
 def test_any_local_model_path_is_used_as_is(run_dir: RunDir):
-    from evotrainer.policy import ensure_base_policy
+    from evotrainer.policy.build import ensure_base_policy
 
     cfg = C.parse({"policy": {"model": str(run_dir.root / "policy" / "base")}})
     assert ensure_base_policy(cfg, run_dir.root, [], str) == str(run_dir.root / "policy" / "base")
@@ -126,10 +126,10 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
     import os
     import signal
 
+    import psutil
+
     from evotrainer.trainer.client import LocalService, TrainerClient, TrainerError, TrainerLost
     from evotrainer.trainer.wire import EvalRequest
-
-    import psutil
 
     restarts: list[str] = []
     secrets = {"OPENAI_API_KEY": "sk-test-llm", "MY_SERVICE_TOKEN": "t", "HF_TOKEN": "hf_x", "WANDB_API_KEY": "w"}
@@ -297,7 +297,7 @@ def keep_group(group):
 def test_replay_reproduces_what_training_logged(run_dir: RunDir, scale: str):
     """One scoring contract: main replayed on a trained phase's rollouts gives the logged rewards, advantages and
     kept flags exactly, so the backtest judges the harness that trains."""
-    from evotrainer.replay import replay
+    from evotrainer.judge.replay import replay
     from evotrainer.trainer.grpo import run_phase
     from sandbox import HarnessWorker
 

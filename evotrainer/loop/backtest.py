@@ -1,13 +1,13 @@
-"""Step 5: the Backtester judges this round's candidates; the checks are framework code (``evotrainer/backtest.py``).
+"""Step 5: the Backtester judges this round's candidates; the checks are framework code (``evotrainer/judge/checks.py``).
 
-:class:`Bench` is what the loop lends the Backtester agent: the replay checks against main (main replayed once per
+:class:`Testbed` is what the loop lends the Backtester agent: the replay checks against main (main replayed once per
 phase, from the evidence cache), which are the safety checks and the "effect" check, and then the decision, an A/B
 trial through the trainer service: from this phase's checkpoint main and the candidate each train
 ``backtest.trial_steps`` generated batches with the same seeds and tasks (``trial_seeds`` replicates; main's arm is
 trained once per phase: the trainer service answers a repeated request with its finished job) and are scored on the
 probe split of the training pool, paired per task. A trial that fails in the trainer is a rejection with its reason,
 never a crash, and so is any other exception judging one candidate ("could not judge: <one line>",
-``evotrainer.backtest.could_not_judge``): the other candidates are still judged and the run goes on. Only what stops
+``evotrainer.judge.checks.could_not_judge``): the other candidates are still judged and the run goes on. Only what stops
 the run on purpose passes through: a pause (``RunPaused``: an LLM budget spent; LangGraph's interrupts) and
 KeyboardInterrupt/SystemExit. Each report is stored as the candidate's ``backtest`` git note. Router ``route``: back
 to the Engineer (with the reasons) when nothing passed and rounds are left, else to promote.
@@ -19,8 +19,8 @@ import time
 
 from langgraph.errors import GraphBubbleUp
 
-from evotrainer.backtest import TRIAL, could_not_judge, judge, trial_verdict, with_check
 from evotrainer.contracts import BacktestReport, Candidate, Check
+from evotrainer.judge.checks import TRIAL, could_not_judge, judge, trial_verdict, with_check
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.pause import RunPaused
@@ -28,7 +28,7 @@ from evotrainer.trainer.client import TrainerError
 from evotrainer.trainer.wire import PilotResult
 
 
-class Bench:
+class Testbed:
     """Replay checks on the retained rollouts, then an A/B trial from the phase's checkpoint."""
 
     def __init__(self, rt: Runtime, phase: int, main_sha: str):
@@ -72,7 +72,7 @@ class Bench:
 
 
 def step(rt: Runtime, state: RunState) -> dict:
-    bench = Bench(rt, state.phase, rt.repo.sha("main"))
+    testbed = Testbed(rt, state.phase, rt.repo.sha("main"))
     reports = list(state.reports)
     todo = state.round_candidates()
     no_effect = {sha: list(names) for sha, names in state.no_effect.items()}
@@ -81,11 +81,11 @@ def step(rt: Runtime, state: RunState) -> dict:
         for i, cand in enumerate(todo):
             t0 = time.time()
             try:
-                report = rt.agents.backtester.judge(cand, bench)
+                report = rt.agents.backtester.judge(cand, testbed)
             except (RunPaused, GraphBubbleUp):
                 raise  # the run stops on purpose (an LLM budget, the human gate) and resumes here
             except Exception as err:  # noqa: BLE001 - one candidate must never stop an unattended run
-                report = could_not_judge(cand, bench.main_sha, err, time.time() - t0)
+                report = could_not_judge(cand, testbed.main_sha, err, time.time() - t0)
             rt.repo.add_note(cand.sha, report.model_dump(mode="json"), ref="backtest")
             rt.emit("verdict", phase=state.phase, branch=cand.branch, verdict=report.verdict, reasons=report.reasons,
                     checks=[ch.model_dump(mode="json") for ch in report.checks], runtime_s=report.runtime_s,

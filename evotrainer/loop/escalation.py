@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable
 
 from agents.playbook import layer_of
 from evotrainer.contracts import Promotion
-from evotrainer.harness import BOT, HarnessRepo, format_message, parse_trailers
+from evotrainer.harness.repo import BOT, HarnessRepo, format_message, parse_trailers
 
 if TYPE_CHECKING:  # annotations only: an Engineer checks subtractions without loading the loop's runtime
     from evotrainer.loop.runtime import Runtime

@@ -19,10 +19,11 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from evotrainer.backtest import Baseline, harness_worker
 from evotrainer.config import Config
-from evotrainer.harness import HarnessRepo, Knobs
-from evotrainer.replay import registry
+from evotrainer.harness.knobs import Knobs
+from evotrainer.harness.repo import HarnessRepo
+from evotrainer.judge.checks import Baseline, harness_worker
+from evotrainer.judge.replay import registry
 from evotrainer.rollouts import read_rollouts, spread_batches
 from evotrainer.rundir import RunDir
 from sandbox import HarnessWorker

@@ -21,7 +21,7 @@ from __future__ import annotations
 from agents import EngineerContext, playbook
 from evotrainer.agents_config import HEURISTIC
 from evotrainer.contracts import Candidate, Diagnosis, Promotion
-from evotrainer.harness import HARNESS_FILES, parse_trailers
+from evotrainer.harness.repo import HARNESS_FILES, parse_trailers
 from evotrainer.loop.promote import undo
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState

@@ -19,16 +19,16 @@ from langgraph.graph import END
 
 from evotrainer.console import summarize
 from evotrainer.contracts import EvalResult, PhaseResult, Promotion
+from evotrainer.judge.replay import METRICS
+from evotrainer.judge.scoring import trained
 from evotrainer.loop import escalation, train
 from evotrainer.loop.evidence import EvidenceCache
 from evotrainer.loop.promote import undo
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.metrics import paired_gain, wilson
-from evotrainer.replay import METRICS
-from evotrainer.report import write_quietly as write_report
+from evotrainer.report.collect import write_quietly as write_report
 from evotrainer.rollouts import group_stats
-from evotrainer.scoring import trained
 from evotrainer.trainer.client import TrainerError
 
 

@@ -27,9 +27,9 @@ import time
 from typing import Any
 
 from agents import MetricProposal
-from evotrainer.backtest import harness_worker
+from evotrainer.judge.checks import harness_worker
+from evotrainer.judge.replay import registry
 from evotrainer.loop.runtime import Runtime
-from evotrainer.replay import registry
 
 FILE = "diagnostics.py"
 

@@ -10,7 +10,7 @@ a person approves, revises (router ``route``: back to the Engineer) or aborts fi
 from __future__ import annotations
 
 from evotrainer.contracts import BacktestReport, Candidate, Promotion
-from evotrainer.harness import RevertConflict
+from evotrainer.harness.repo import RevertConflict
 from evotrainer.loop import gate
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState

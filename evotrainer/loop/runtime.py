@@ -14,7 +14,7 @@ from agents import Agents
 from evotrainer.config import Config
 from evotrainer.console import Reporter
 from evotrainer.contracts import EvalResult
-from evotrainer.harness import HarnessRepo
+from evotrainer.harness.repo import HarnessRepo
 from evotrainer.loop.evidence import EvidenceCache
 from evotrainer.rundir import RunDir
 from evotrainer.trainer.client import TrainerClient

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from rich.markup import escape
 
+from evotrainer.judge.safety import attempts_check
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
-from evotrainer.safety import attempts_check
 
 
 def step(rt: Runtime, state: RunState) -> dict:

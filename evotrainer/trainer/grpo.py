@@ -35,7 +35,8 @@ from typing import Any, Callable
 
 from evotrainer.contracts import PhaseResult
 from evotrainer.domains import get_domain
-from evotrainer.harness import HarnessRepo, Knobs, read_knobs
+from evotrainer.harness.knobs import Knobs, read_knobs
+from evotrainer.harness.repo import HarnessRepo
 from evotrainer.rollouts import group_stats, level_history, read_rollouts, write_rollouts
 from evotrainer.trainer.dashboards import phase_runs, trl_args
 from evotrainer.trainer.generation import grpo_args

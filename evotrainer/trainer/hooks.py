@@ -17,9 +17,9 @@ import math
 from typing import Any
 
 from evotrainer.contracts import Rollout
-from evotrainer.harness import Knobs
+from evotrainer.harness.knobs import Knobs
+from evotrainer.judge.scoring import batch_advantages, capacity_cut, masked, total_reward, trains
 from evotrainer.rollouts import as_text, harness_view
-from evotrainer.scoring import batch_advantages, capacity_cut, masked, total_reward, trains
 
 
 def lr_multiplier(knobs: Knobs, run_step: int, run_steps: int) -> float:

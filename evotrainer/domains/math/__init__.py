@@ -18,7 +18,7 @@ Tasks are made here, deterministically from the seed (``random.Random``, one str
 level's held-out split is drawn first, without repeats, then its training pool, without repeats and never a
 held-out prompt (a pool larger than what is left of its space cycles through it again). So a held-out item is
 unseen in training, and the same seed gives the same tasks. The levels are calibrated for the tiny policy of the
-demo (``policy.model: tiny`` after its warm-up, see ``evotrainer.policy``): level 1 gives RL mostly all-right groups,
+demo (``policy.model: tiny`` after its warm-up, see ``evotrainer.policy.build``): level 1 gives RL mostly all-right groups,
 level 4 mostly all-wrong ones, and levels 2-3 the mixed groups that carry signal. A real model can use the same
 levels or harder ones.
 

@@ -1,10 +1,10 @@
 """``evotrainer backtest RUN_DIR REF``: judge any branch or commit of a run's harness against its main.
 
-The same backtest the loop runs (``evotrainer.backtest.run_backtest``: replay and safety checks, in the sandbox)
+The same backtest the loop runs (``evotrainer.judge.checks.run_backtest``: replay and safety checks, in the sandbox)
 on the run's retained rollouts (the last ``backtest.retained_phases`` phases that trained, at most
 ``backtest.replay_batches`` generated batches of them), for a commit the Engineer made or one a person wrote by
 hand. The candidate is read from the commit's trailers (Variable,
-Hypothesis, Expected, Rollback, Diagnosis; ``evotrainer.harness.parse_trailers``); a hand-written commit
+Hypothesis, Expected, Rollback, Diagnosis; ``evotrainer.harness.repo.parse_trailers``); a hand-written commit
 without them gets defaults: no declared variable (the ``variable`` check then infers the one the diff changes
 and rejects a diff that changes several), the subject as hypothesis, and a target metric from the backtest note,
 the playbook entry of its variable, or ``reward_verified_auc`` up.
@@ -12,7 +12,7 @@ the playbook entry of its variable, or ``reward_verified_auc`` up.
 Exit status: 0 the commit passes (would promote; with trials on, the A/B trial of a real run still decides),
 1 it is rejected (the reasons say why), 2 it could not be judged (the reason: no such ref, no retained rollouts,
 nothing to judge, a harness folder that is not a git repository, a git command that failed, ...): every failure
-before or during the backtest is exit 2 with one line (``evotrainer.backtest.one_line``), never a traceback, so a 1 always means
+before or during the backtest is exit 2 with one line (``evotrainer.judge.checks.one_line``), never a traceback, so a 1 always means
 "rejected". Nothing of the run is changed: no note, no branch, no state. Try it alone:
 ``evotrainer backtest /tmp/after/demo candidates/phase-1-1 --json``.
 """
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import git
 
-from evotrainer.backtest import one_line
 from evotrainer.contracts import Candidate
-from evotrainer.harness import HarnessRepo, parse_trailers
+from evotrainer.harness.repo import HarnessRepo, parse_trailers
+from evotrainer.judge.checks import one_line
 from evotrainer.rundir import RunDir
 
 DEFAULT_TARGET = ("reward_verified_auc", "up")
@@ -102,8 +102,8 @@ def _resolve(repo: HarnessRepo, ref: str, where) -> str:
 
 def backtest_ref(run_dir, ref: str) -> Outcome:
     """Judge ``ref`` against main on ``run_dir``'s retained rollouts; never raises for a bad ref or run."""
-    from evotrainer.backtest import run_backtest
     from evotrainer.config import ConfigError
+    from evotrainer.judge.checks import run_backtest
     from evotrainer.rollouts import read_rollouts, spread_batches
     from evotrainer.rundir import RunDirError
 

@@ -4,7 +4,7 @@ The completions of a phase are fixed (the policy generated them); what a harness
 in the sandbox: reward components and totals, GRPO advantages per generated batch, which rollouts the filters
 keep (and dynamic sampling's capacity), the advantages the kept ones train with, which truncated ones are masked,
 the curriculum's level mix, and the diagnostics registry. Totals,
-advantages and the "did it train" rule are ``evotrainer.scoring``'s, the same functions training calls, so a
+advantages and the "did it train" rule are ``evotrainer.judge.scoring``'s, the same functions training calls, so a
 replay of the harness a phase trained on reproduces that phase's log
 (``tests/test_trainer.py::test_replay_reproduces_what_training_logged``).
 
@@ -19,10 +19,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable
 
-from evotrainer.harness import read_knobs
+from evotrainer.harness.knobs import read_knobs
+from evotrainer.judge.scoring import batch_advantages, capacity_cut, masked, total_reward, trains
 from evotrainer.metrics import alignment, bootstrap_groups, stdev
 from evotrainer.rollouts import RATIO_FIGURES, group_parts, groups_of, harness_view, level_history, ratio
-from evotrainer.scoring import batch_advantages, capacity_cut, masked, total_reward, trains
 from sandbox import HarnessWorker
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import git
 
 from evotrainer.contracts import PhaseResult
-from evotrainer.harness import HarnessRepo, parse_trailers
+from evotrainer.harness.repo import HarnessRepo, parse_trailers
 from evotrainer.rundir import RunDir
 
 

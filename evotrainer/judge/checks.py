@@ -40,10 +40,11 @@ from typing import Iterator
 
 from evotrainer.config import BacktestConfig, SandboxConfig
 from evotrainer.contracts import BacktestReport, Candidate, Check
-from evotrainer.harness import HarnessRepo, KnobsError, read_knobs
-from evotrainer.replay import METRICS, mixed, noise_floor, registry, replay
+from evotrainer.harness.knobs import KnobsError, read_knobs
+from evotrainer.harness.repo import HarnessRepo
+from evotrainer.judge.replay import METRICS, mixed, noise_floor, registry, replay
+from evotrainer.judge.safety import attempts_check, safety_checks
 from evotrainer.rollouts import SPREAD_EPS
-from evotrainer.safety import attempts_check, safety_checks
 from sandbox import HarnessError, HarnessWorker, run_selftest
 
 

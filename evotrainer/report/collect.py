@@ -17,7 +17,7 @@ module only reads; ``report_html.py`` and ``report_charts.py`` render. The sourc
 
     bench               when the run is one arm of ``evotrainer bench`` (``BENCH/<arm>-seed<N>``): every arm of
                         the same seed, held-out accuracy per phase, on one chart; the bench's table when written
-Try it alone: ``python -m evotrainer.report RUN_DIR`` writes RUN_DIR/report.html and prints its size.
+Try it alone: ``python -m evotrainer.report.collect RUN_DIR`` writes RUN_DIR/report.html and prints its size.
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ from typing import Any
 import git
 
 from evotrainer.contracts import EvalResult, PhaseResult
-from evotrainer.harness import HarnessRepo, KnobsError
-from evotrainer.history import harness_log, phase_results
+from evotrainer.harness.knobs import KnobsError
+from evotrainer.harness.repo import HarnessRepo
 from evotrainer.metrics import paired_gain, wilson
+from evotrainer.report.history import harness_log, phase_results
 from evotrainer.rollouts import group_stats, read_rollouts
 from evotrainer.rundir import RunDir
 
@@ -294,7 +295,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
 
 def write(rd: RunDir, out: Path | None = None) -> Path:
     """Render the report of ``rd`` to ``out`` (default RUN_DIR/report.html), replacing it atomically."""
-    from evotrainer.report_html import render
+    from evotrainer.report.html import render
 
     out = Path(out) if out else rd.root / "report.html"
     text = render(collect(rd))

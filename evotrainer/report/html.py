@@ -1,5 +1,5 @@
-"""The run report as one self-contained HTML page: the data of ``evotrainer.report.collect``, the charts of
-``report_charts`` inlined as SVG, and the page frame and styles of ``report_template.html`` (package data).
+"""The run report as one self-contained HTML page: the data of ``evotrainer.report.collect.collect``, the charts of
+``charts.py`` inlined as SVG, and the page frame and styles of ``template.html`` (package data).
 
 Every text that comes from the run (completions, prompts, diffs, hypotheses, reasons, skill text) goes through
 :func:`esc`; the page loads nothing: no script, no stylesheet, no font, no image from anywhere, and its only links
@@ -15,9 +15,9 @@ from importlib import resources
 from string import Template
 from typing import Any
 
-from evotrainer import report_charts as charts
+from evotrainer.report import charts
 
-TEMPLATE = "report_template.html"
+TEMPLATE = "template.html"
 
 
 def esc(value: Any) -> str:
@@ -209,5 +209,5 @@ def render(d: dict) -> str:
             '<h2 id="health">Health</h2>', health_notes(d),
             charts.health(d["phases"], d["steps"], d["unlogged"]) if has else "",
             lineage(d), skills(d), agents(d), samples(d)]
-    text = resources.files("evotrainer").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    text = resources.files("evotrainer.report").joinpath(TEMPLATE).read_text(encoding="utf-8")
     return Template(text).substitute(title=esc(f"EvoTrainer report: {d['run']['name']}"), body="\n".join(body))

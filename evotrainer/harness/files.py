@@ -12,7 +12,7 @@ A harness commit is written by an agent (or a person) and is untrusted. Before a
   ``MAX_YAML_BYTES``, ``MAX_YAML_ALIASES`` aliases (an alias bomb expands exponentially) and ``MAX_YAML_DEPTH``
   levels of nesting; a breach is a ``yaml.YAMLError`` naming it.
 
-Try it alone: ``python -m evotrainer.harness_files RUN_DIR/harness main`` (the problems of a commit's tree).
+Try it alone: ``python -m evotrainer.harness.files RUN_DIR/harness main`` (the problems of a commit's tree).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Safety checks: every harness file of a candidate judged, and every attempt it made a verdict.
 
-The backtest (``evotrainer/backtest.py`` ``judge``) adds these to its checks, one call, right after the
+The backtest (``evotrainer/judge/checks.py`` ``judge``) adds these to its checks, one call, right after the
 candidate's own self-tests. Each is an ``evotrainer.contracts.Check``; any failed one rejects the candidate:
 
     harness_tree          regular files only, none oversize (``harness_files.py``)
@@ -35,12 +35,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
-from evotrainer import variables
 from evotrainer.config import BacktestConfig, SandboxConfig
 from evotrainer.contracts import Candidate, Check
-from evotrainer.harness import HarnessRepo, KnobsError, read_knobs
-from evotrainer.harness_files import tree_problems
-from evotrainer.replay import replay
+from evotrainer.harness.files import tree_problems
+from evotrainer.harness.knobs import KnobsError, read_knobs
+from evotrainer.harness.repo import HarnessRepo
+from evotrainer.judge import variables
+from evotrainer.judge.replay import replay
 from evotrainer.rollouts import as_text
 from sandbox import HarnessError, HarnessWorker, attempts_log
 
@@ -55,7 +56,7 @@ _CHANCE_SHIFTS = 5
 
 def safety_checks(repo: HarnessRepo, candidate: Candidate, base: Any, cand_dir: Path, cand_worker: HarnessWorker,
                   *, settings: BacktestConfig, sandbox: SandboxConfig, hide: list[str]) -> list[Check]:
-    """The checks above for ``candidate`` against main (``base``: an ``evotrainer.backtest.Baseline``)."""
+    """The checks above for ``candidate`` against main (``base``: an ``evotrainer.judge.checks.Baseline``)."""
     checks = [_safe("harness_tree", lambda: _tree(repo, candidate)),
               _safe("variable", lambda: _variable(repo, base.sha, candidate))]
     tmp = Path(tempfile.mkdtemp(prefix="evo-safety-"))

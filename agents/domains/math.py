@@ -1,9 +1,9 @@
 """The Engineer's math-only harness edits: reward components and a reward fix that read an integer answer.
 
-These know the math domain's answer format, so they live beside the domain rather than in the generic playbook.
-They are built from the generic :class:`agents.playbook.Intervention` and its text editors; ``agents.playbook``
-(:func:`~agents.playbook.for_domain`) is the only importer, lazily, so importing ``evotrainer`` never imports
-``agents``. ``priority`` places each one in the Engineer's fallback order among the generic interventions.
+These know the math domain's answer format, so they live apart from the generic playbook (and apart from the
+evaluator's ``evotrainer/domains/math``, which never imports ``agents``). They are built from the generic
+:class:`agents.playbook.Intervention` and its text editors; ``agents.playbook`` (:func:`~agents.playbook.for_domain`)
+is the only importer, lazily. ``priority`` places each one in the Engineer's fallback order among the generic interventions.
 
 How the edited harness code reads an answer (it runs in the sandbox and cannot import this module, so the rule is
 written into the code it generates, from the two snippets below): the answer is the completion's first line,
@@ -14,13 +14,13 @@ and calls the seed's ``_answer`` helper, so it applies only to a rewards.py that
 
 Try it alone (prints each edit's diff against the seed harness)::
 
-    python -m evotrainer.domains.math.interventions
+    python -m agents.domains.math
 """
 
 from __future__ import annotations
 
 from agents.playbook import Files, Intervention, marker, replace_function, reward_component
-from evotrainer.harness import Knobs
+from evotrainer.harness.knobs import Knobs
 
 # the answer: the first line of the completion, stripped (binds ``text``)
 ANSWER_LINE = 'text = sample["completion"].split("\\n", 1)[0].strip()'
@@ -83,7 +83,8 @@ INTERVENTIONS: list[Intervention] = [
 if __name__ == "__main__":
     import difflib
 
-    from evotrainer.harness import HARNESS_FILES, read_knobs, seed_dir
+    from evotrainer.harness.knobs import read_knobs
+    from evotrainer.harness.repo import HARNESS_FILES, seed_dir
 
     seed = seed_dir("math")
     files = {name: (seed / name).read_text() for name in HARNESS_FILES}

@@ -1,6 +1,6 @@
 """The report's charts: matplotlib figures rendered to inline SVG (no JavaScript, no network, text kept as text).
 
-Each function takes the plain data of ``evotrainer.report.collect`` and returns one ``<svg>`` element:
+Each function takes the plain data of ``evotrainer.report.collect.collect`` and returns one ``<svg>`` element:
 
     accuracy   held-out accuracy per phase (Wilson 95% band) over its change against the phase before, with the
                change's interval (paired bootstrap or unpaired normal, named in the legend)
@@ -14,7 +14,7 @@ Each function takes the plain data of ``evotrainer.report.collect`` and returns 
 
 Where main changed, the phase charts draw a dotted line labelled with the new sha. Figures use matplotlib's
 object API (no pyplot, no global backend) and a per-figure hash salt, so ids never collide between the SVGs of
-one page and the same data gives the same bytes. Try one alone: ``python -m evotrainer.report_charts RUN_DIR``
+one page and the same data gives the same bytes. Try one alone: ``python -m evotrainer.report.charts RUN_DIR``
 writes RUN_DIR/charts-preview.html with the four charts.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 import matplotlib
 from matplotlib.figure import Figure
 
-from evotrainer.report import HEALTH
+from evotrainer.report.collect import HEALTH
 
 COLORS = {"promoted": "#2e7d32", "rejected": "#c62828", "passed, not promoted": "#ef6c00", "pending": "#757575",
           "main": "#1565c0", "accent": "#6a1b9a"}
@@ -254,7 +254,7 @@ if __name__ == "__main__":
     import sys
     from pathlib import Path
 
-    from evotrainer.report import collect
+    from evotrainer.report.collect import collect
     from evotrainer.rundir import RunDir
 
     rd = RunDir(sys.argv[1])

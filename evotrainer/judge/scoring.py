@@ -19,7 +19,7 @@ produces, or the judge judges a different harness from the one that trains. So b
 
 ``tests/test_scoring.py`` works these numbers by hand; ``tests/test_trainer.py`` (test_replay_reproduces_what_
 training_logged) replays main on a trained phase's rollouts and checks it reproduces the logged rewards, advantages
-and kept flags exactly. Run ``python -m evotrainer.scoring`` to print the advantages of a toy batch.
+and kept flags exactly. Run ``python -m evotrainer.judge.scoring`` to print the advantages of a toy batch.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from evotrainer.harness import Knobs
+from evotrainer.harness.knobs import Knobs
 
 
 def total_reward(components: Mapping[str, float], knobs: Knobs) -> float:

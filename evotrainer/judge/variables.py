@@ -15,7 +15,7 @@ A declared variable covers what it names and what belongs to it: ``harness.yaml:
 and its private helpers (names starting with ``_``); ``rewards.NAME`` also ``rewards.COMPONENTS`` and
 ``harness.yaml:reward_weights.NAME`` (a reward component is registered and weighed there); ``filters.NAME`` also
 ``harness.yaml:oversample`` (dynamic sampling is a filter plus the refill of what it drops: one variable). Try it alone:
-``python -m evotrainer.variables RUN_DIR/harness BASE REF [DECLARED]``.
+``python -m evotrainer.judge.variables RUN_DIR/harness BASE REF [DECLARED]``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import ast
 import git
 import yaml
 
-from evotrainer.harness_files import load_yaml
+from evotrainer.harness.files import load_yaml
 
 
 def _yaml_names(before: str | None, after: str | None) -> set[str]:

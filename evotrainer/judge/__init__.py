@@ -1,0 +1,9 @@
+"""The judge wing: what decides whether a harness edit reaches ``main``.
+
+    checks.py     the backtest: replay and safety checks of a candidate against main on retained rollouts
+    replay.py     replaying rewards and filters in the sandbox, and the figures replay compares (with noise floors)
+    safety.py     the safety checks themselves (self-tests, alignment with ``verified``, diagnostics kept)
+    scoring.py    the one definition of the reward total, advantages and "did this rollout train"
+    variables.py  what one edit changes (the single variable a candidate may declare)
+    ref.py        ``evotrainer backtest RUN REF``: the same backtest for any commit, from the command line
+"""
