@@ -81,8 +81,8 @@ class HeuristicDiagnostician:
         change = accuracy_change(best, cur)  # paired per held-out task when both scored the same tasks
         if change["high"] >= 0:
             return None
-        drop = -change["diff"]
-        how = "paired on the same held-out tasks" if change["paired"] else "unpaired"
+        drop = -change["change"]
+        how = "paired on the same held-out tasks" if change["method"] == "paired bootstrap" else "unpaired"
         return Diagnosis(
             id="", layer="score", failure_mode="accuracy_regression",
             statement=f"Held-out accuracy fell to {cur.accuracy:.1%} from {best.accuracy:.1%} ({where}): "
@@ -100,7 +100,7 @@ class HeuristicDiagnostician:
         change = accuracy_change(prev, cur)
         if change["high"] >= 0:
             return None
-        drop = -change["diff"]
+        drop = -change["change"]
         return Diagnosis(
             id="", layer="version", failure_mode="edit_regression",
             statement=f"Accuracy fell {drop:.1%} (to {cur.accuracy:.1%}; 95% CI of the change {change['low']:+.1%} "

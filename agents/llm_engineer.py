@@ -5,7 +5,7 @@ The answer is checked before anything is committed: every block applies exactly 
 problems go back to the model, ``retries`` times), the blocks change only the one variable the candidate declares
 (what a variable covers is :mod:`evotrainer.judge.variables`' rule, the one the backtest's safety check applies), the
 diagnosis id is a confirmed one, the target metric is one the backtest measures, the intervention was not tried
-this phase, one offered as a subtraction is one (:func:`evotrainer.loop.escalation.subtraction_problem`: it reverts
+this phase, one offered as a subtraction is one (:func:`evotrainer.harness.edits.subtraction_problem`: it reverts
 an earlier promotion or only deletes), and, when the run is stalled, the edit changes a layer not edited during the
 stall or is a subtraction. Each accepted candidate is committed with the trailers by
 :func:`agents.engineer.commit`. A person's feedback from the gate (``evotrainer approve --revise``) is part of the
@@ -28,7 +28,7 @@ from agents.playbook import layer_of
 from evotrainer.contracts import Candidate, Diagnosis, Skill
 from evotrainer.harness.repo import seed_dir
 from evotrainer.judge import variables
-from evotrainer.loop.escalation import subtraction_problem
+from evotrainer.harness.edits import subtraction_problem
 
 
 class Proposal(BaseModel):

@@ -287,7 +287,7 @@ def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one
           set_: list[str] = typer.Option([], "--set", help="override a config key in every arm")):
     """Does evolving the harness pay? Static, reference, keep/discard and EvoTrainer arms on equal budgets, beside
     static trained again with other training randomness (static_rerun: what no effect looks like)."""
-    from evotrainer.bench import load_tasks, run_bench
+    from evotrainer.bench.runner import load_tasks, run_bench
 
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]

@@ -84,7 +84,7 @@ class Reporter:
         acc = s["accuracy"]
         prev = s.get("previous_accuracy")
         ch = s.get("change")
-        ci = f", 95% CI {ch['low']:+.1%} to {ch['high']:+.1%}{' paired' if ch['paired'] else ''}" if ch else ""
+        ci = f", 95% CI {ch['low']:+.1%} to {ch['high']:+.1%}{' paired' if ch['method'] == 'paired bootstrap' else ''}" if ch else ""
         delta = f" ({acc - prev:+.1%} vs {s.get('previous_label', 'previous')}{ci})" if prev is not None else ""
         c.rule(f"[bold]phase {s['phase']}[/bold]  held-out accuracy {acc:.1%}{delta}  (n={s['eval_n']})")
         c.print(f"trained on main@{s['harness_sha'][:8]} in {s['train_s']:.0f} s: reward {s['reward_mean']:.3f}, "

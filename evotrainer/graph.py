@@ -1,11 +1,14 @@
 """Wiring: the loop's steps (``evotrainer/loop/``) as a LangGraph state machine, checkpointed after each step to
 SQLite (``RUN_DIR/state.sqlite``) or, with ``state.url``, to a shared Postgres (one thread per run).
 
-    train -> diagnose -> critique -> engineer -> backtest -> promote -> librarian -> (stop | train)
-      |          ^           |                       |              |          ^
+    train -> diagnose -> critique -> engineer -> backtest -> promote -> effect -> librarian -> (stop | train)
+      |          ^           |                       |              |
       |          +-- more evidence (bounded)         |              +-- the gate's --revise: back to engineer
       |                                              +-- all rejected: back to engineer (bounded)
-      +-- the last phase: straight to the librarian (its round waits for a raised budget, which starts there)
+      +-- the last phase: straight to the effect (its round waits for a raised budget, which starts there)
+
+``effect`` measures the realized effect of the previous phase's promotion (and rolls back a loss); the Librarian
+keeps skills. The run (``evotrainer/run.py``), not a step, prints each phase's summary and writes the report.
 
 A killed run resumes at the step it was in (``invoke(None, thread(rd, cfg))``); every step is safe to re-run.
 """
@@ -21,13 +24,13 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 from evotrainer.config import ConfigError
-from evotrainer.loop import backtest, critique, diagnose, engineer, keep_discard, librarian, promote, train
+from evotrainer.loop import backtest, critique, diagnose, effect, engineer, keep_discard, librarian, promote, train
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState, serializer
 
 THREAD = {"configurable": {"thread_id": "run"}, "recursion_limit": 100_000}  # a run's own SQLite file: one thread
 STEPS = {"train": train, "diagnose": diagnose, "critique": critique, "engineer": engineer, "backtest": backtest,
-         "promote": promote, "librarian": librarian, "keep_discard": keep_discard}
+         "promote": promote, "effect": effect, "librarian": librarian, "keep_discard": keep_discard}
 
 
 def build_graph(rt: Runtime, checkpointer):
@@ -35,14 +38,15 @@ def build_graph(rt: Runtime, checkpointer):
     for name, module in STEPS.items():
         g.add_node(name, partial(_logged, rt, name, module.step))
     g.add_conditional_edges(START, partial(train.start, rt), ["train", "diagnose", "keep_discard"])
-    g.add_conditional_edges("train", partial(train.after, rt), ["diagnose", "librarian", "keep_discard"])
-    g.add_edge("keep_discard", "librarian")
+    g.add_conditional_edges("train", partial(train.after, rt), ["diagnose", "effect", "keep_discard"])
+    g.add_edge("keep_discard", "effect")
     g.add_edge("diagnose", "critique")
-    g.add_conditional_edges("critique", critique.route, ["diagnose", "engineer", "librarian"])
+    g.add_conditional_edges("critique", critique.route, ["diagnose", "engineer", "effect"])
     g.add_conditional_edges("engineer", engineer.route, ["backtest", "promote"])
     g.add_conditional_edges("backtest", partial(backtest.route, rt.cfg.evolution.max_engineer_rounds),
                             ["engineer", "promote"])
-    g.add_conditional_edges("promote", promote.route, ["engineer", "librarian"])  # engineer: revise at the gate
+    g.add_conditional_edges("promote", promote.route, ["engineer", "effect"])  # engineer: revise at the gate
+    g.add_edge("effect", "librarian")
     g.add_conditional_edges("librarian", partial(librarian.route, rt), ["train", "diagnose", "keep_discard", END])
     return g.compile(checkpointer=checkpointer)
 

@@ -8,9 +8,10 @@ inside groups).
 
 from __future__ import annotations
 
+import functools
 import math
 import random
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from evotrainer.contracts import MetricEvidence
 from evotrainer.rollouts import groups_of, ratio
@@ -217,12 +218,31 @@ def gain_over_replicates(arm: dict[int, float], baseline: dict[int, list[float]]
             "run_sd": math.sqrt(within / df_within), "seeds": len(seeds)}
 
 
-def accuracy_change(before, after) -> dict[str, float | bool]:
-    """How held-out accuracy moved between two EvalResults: paired per item when both scored the same items (the
-    usual case: the split is frozen), else unpaired (normal approximation). ``{"diff", "low", "high", "paired"}``."""
-    if before.items and set(before.items) == set(after.items):
-        return {**paired_gain([(before.items, after.items)]), "paired": True}
-    diff = after.accuracy - before.accuracy
-    se = math.sqrt(before.accuracy * (1 - before.accuracy) / max(before.n, 1)
-                   + after.accuracy * (1 - after.accuracy) / max(after.n, 1))
-    return {"diff": diff, "low": diff - 1.96 * se, "high": diff + 1.96 * se, "n": after.n, "paired": False}
+def unpaired_margin(a0: float, n0: int, a1: float, n1: int, z: float = 1.96) -> float:
+    """Half-width of the normal interval of a difference of two rates (``a1 - a0``, measured on n1 and n0 items):
+    the one margin used wherever two accuracies cannot be paired per item."""
+    return z * math.sqrt(a0 * (1 - a0) / max(n0, 1) + a1 * (1 - a1) / max(n1, 1))
+
+
+@functools.lru_cache(maxsize=512)
+def paired_change(before: tuple[tuple[str, float], ...], after: tuple[tuple[str, float], ...], resamples: int
+                   ) -> dict[str, Any]:
+    """``paired_gain`` of two results' item scores, once per process (a report asks again and again, and published
+    phases never change)."""
+    g = paired_gain([(dict(before), dict(after))], resamples=resamples)
+    return {"change": g["diff"], "low": g["low"], "high": g["high"], "n": g["n"], "method": "paired bootstrap"}
+
+
+def accuracy_change(before, after, resamples: int = 2000) -> dict[str, Any]:
+    """How accuracy moved between two EvalResults, ``after - before`` with a 95% interval: a paired bootstrap over
+    the items both scored (the usual case: a split is frozen), else, when either side has no per-item results, the
+    unpaired normal interval (:func:`unpaired_margin`). ``{"change", "low", "high", "n", "method"}``, ``method``
+    being "paired bootstrap" or "unpaired normal"."""
+    common = sorted(set(before.items) & set(after.items))
+    if common:
+        return dict(paired_change(tuple((k, before.items[k]) for k in common),
+                                   tuple((k, after.items[k]) for k in common), resamples))
+    a0, a1 = before.accuracy, after.accuracy
+    half = unpaired_margin(a0, before.n, a1, after.n)
+    return {"change": a1 - a0, "low": a1 - a0 - half, "high": a1 - a0 + half, "n": min(before.n, after.n),
+            "method": "unpaired normal"}

@@ -4,7 +4,8 @@
 one when the config names no URL), measures the starting policy's held-out accuracy once (the "phase 0" every
 later phase is compared with), and drives the LangGraph loop from its SQLite checkpoint: a fresh run
 starts at ``train``, a killed one resumes at the node it was in, a finished one whose budget was raised
-trains on. The run's state (running, paused, done, failed) is kept in ``status.json`` for ``evotrainer status``;
+trains on. At the end of every phase the run prints its summary and rewrites RUN_DIR/report.html. The run's state
+(running, paused, done, failed) is kept in ``status.json`` for ``evotrainer status``;
 a run paused at the human gate (``evotrainer/loop/gate.py``) or by a spent LLM budget records what it waits for,
 and ``run(..., decision=...)`` (``evotrainer approve``) answers the gate and goes on.
 Only one process may drive a run directory at a time.
@@ -19,9 +20,11 @@ from pathlib import Path
 from rich.markup import escape
 
 from evotrainer.config import apply_overrides
-from evotrainer.console import Reporter
+from evotrainer.console import Reporter, summarize
 from evotrainer.loop.gate import describe
+from evotrainer.loop.state import RunState
 from evotrainer.pause import RunPaused, waiting_for
+from evotrainer.report.collect import write_quietly
 from evotrainer.rundir import RunDir, RunDirError
 from evotrainer.trainer.wire import EvalRequest
 from sandbox.confine import run_log as sandbox_run_log
@@ -30,8 +33,9 @@ from sandbox.confine import run_log as sandbox_run_log
 def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None = None,
         decision: dict | None = None) -> dict:
     """``decision`` answers a paused gate ({"action": approve | revise | abort, "feedback": ...})."""
-    from agents import build_agents
     from langgraph.types import Command
+
+    from agents import build_agents
     from evotrainer.graph import build_graph, open_checkpointer, thread
     from evotrainer.loop.runtime import Runtime
     from evotrainer.trainer.client import connect
@@ -78,9 +82,9 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
                     reporter.info(f"resuming at node {snap.next[0]} (phase {snap.values.get('phase', 0)})")
                     rd.events.emit("resume", node=snap.next[0], phase=snap.values.get("phase", 0),
                                    decision=decision if waiting else None)
-                    graph.invoke(Command(resume=decision) if waiting else None, run_thread, durability="sync")
+                    _drive(rt, graph, Command(resume=decision) if waiting else None, run_thread)
                 elif snap.values.get("phase", 0) < cfg.phases:
-                    graph.invoke({"phase": snap.values.get("phase", 0)}, run_thread, durability="sync")
+                    _drive(rt, graph, {"phase": snap.values.get("phase", 0)}, run_thread)
                 snap = graph.get_state(run_thread)
                 values, waiting = snap.values, waiting_for(snap)
         if waiting:
@@ -103,6 +107,26 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
                   wall_time_s=round(time.time() - t0, 1))
     rd.events.emit("run_done", phase=values.get("phase", 0), wall_time_s=round(time.time() - t0, 1))
     return values
+
+
+def _drive(rt, graph, start, run_thread) -> None:
+    """Run the graph from ``start`` (fresh input, a gate's answer, or None to resume), ending each phase after its
+    Librarian step: the phase's summary, the report, the status."""
+    for update in graph.stream(start, run_thread, stream_mode="updates", durability="sync"):
+        if "librarian" in update:
+            _phase_end(rt, RunState.model_validate(graph.get_state(run_thread).values))
+
+
+def _phase_end(rt, state: RunState) -> None:
+    """What a person reads when a phase ends: the summary on the console (and a ``phase_summary`` event),
+    RUN_DIR/report.html (a failure is a ``report_error`` event, never a stop) and status.json's accuracies."""
+    from evotrainer.loop.librarian import effects
+
+    summary = summarize(state, effects(rt, state), rt.baseline)
+    rt.reporter.phase_summary(summary)
+    rt.emit("phase_summary", **summary)
+    write_quietly(rt.rd, state.phase)
+    rt.rd.set_status("running", phase=state.phase, node="librarian", accuracy=[r.eval.accuracy for r in state.results])
 
 
 def _baseline(rd: RunDir, cfg, trainer, base: str, reporter: Reporter):

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from evotrainer.bench import expand_arms, markdown, summarize
+from evotrainer.bench.arms import expand_arms
+from evotrainer.bench.runner import markdown, summarize
 from evotrainer.contracts import EvalResult
 
 
@@ -80,7 +81,7 @@ def test_more_static_reruns_are_more_replicates_of_the_noise_counted_baseline():
 
 def test_reruns_add_static_runs_beside_static_rerun_and_bad_names_are_refused(tmp_path, cli_env):
     from evotrainer import config as C
-    from evotrainer.bench import _config, run_bench
+    from evotrainer.bench.runner import _config, run_bench
     from tests.conftest import cli
 
     assert expand_arms(["evotrainer", "static_rerun", "static"], 3) == [
@@ -106,7 +107,7 @@ def test_reruns_add_static_runs_beside_static_rerun_and_bad_names_are_refused(tm
 def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_path, policy_cache, monkeypatch):
     import git
 
-    from evotrainer.bench import run_bench
+    from evotrainer.bench.runner import run_bench
     from evotrainer.console import Reporter
     from evotrainer.report.history import phase_results
     from evotrainer.rollouts import read_rollouts
@@ -147,7 +148,8 @@ def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_pa
 
 def test_a_bench_folder_made_with_other_settings_is_refused_before_anything_trains(tmp_path):
     from evotrainer import config as C
-    from evotrainer.bench import _config, check_same_settings, run_bench, run_dir_name
+    from evotrainer.bench.arms import run_dir_name
+    from evotrainer.bench.runner import _config, check_same_settings, run_bench
     from evotrainer.console import Reporter
     from evotrainer.rundir import RunDir
 
@@ -172,7 +174,7 @@ def test_a_task_mix_file_reaches_every_arm_s_training_pool_and_held_out_split(tm
     from collections import Counter
 
     from evotrainer import config as C
-    from evotrainer.bench import _config, load_tasks
+    from evotrainer.bench.runner import _config, load_tasks
     from evotrainer.rundir import RunDir
 
     mix = tmp_path / "mix.yaml"
@@ -202,7 +204,7 @@ def test_a_run_longer_than_the_bench_is_scored_after_the_bench_s_last_phase(tmp_
     """A run trained on to more phases (a bench resumed with a larger --phases, or a run copied in) is scored after
     the bench's last phase like every other arm, not after its own last one, and the table says its time covers
     more."""
-    from evotrainer.bench import _config, _outcome
+    from evotrainer.bench.runner import _config, _outcome
     from evotrainer.contracts import PhaseResult
     from evotrainer.rundir import RunDir
 

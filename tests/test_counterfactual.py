@@ -1,4 +1,4 @@
-"""The realized effect's counterfactual through the real trainer service (``evotrainer/loop/librarian.py``).
+"""The realized effect's counterfactual through the real trainer service (``evotrainer/loop/effect.py``).
 
 A promoted edit (a temperature knob) trains phase 2 for real; the counterfactual then trains the old main like that
 phase (seed 0: the phase's own tasks and seeds) and, at a second seed, both the old and the new main again: the
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evotrainer.loop.librarian import counterfactual, realized_effect
+from evotrainer.loop.effect import counterfactual, realized_effect
 from evotrainer.rollouts import read_rollouts
 from tests.backtest_world import make_run
 from tests.test_backtest_step import promoted, runtime

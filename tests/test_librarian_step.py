@@ -1,6 +1,7 @@
-"""The Librarian's step (``evotrainer/loop/librarian.py``) joins the realized effect to what the run keeps: a loss
-beyond the counterfactual's margin is rolled back by a new commit on main (history kept, the reason in a trailer)
-and counts as a use without a win; a gain beyond it is the skill's win; within it, neither. Measured once.
+"""The realized effect (``evotrainer/loop/effect.py``) and the Librarian's step after it (``loop/librarian.py``)
+join the effect to what the run keeps: a loss beyond the counterfactual's margin is rolled back by a new commit on
+main (history kept, the reason in a trailer) and counts as a use without a win; a gain beyond it is the skill's win;
+within it, neither. Measured once, recorded once.
 
 The run directory, harness repo, skill store (Chroma) and events log are real (``tests/backtest_world.py``, no
 training); the counterfactual's held-out pairs are given, since training them is ``tests/test_counterfactual.py``'s.
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from evotrainer.contracts import EvalResult, PhaseResult
-from evotrainer.loop import librarian
+from evotrainer.loop import effect, librarian
 from evotrainer.loop.state import RunState
 from evotrainer.rollouts import write_rollouts
 from tests.backtest_world import make_run, phase_rows
@@ -52,13 +53,15 @@ def test_the_realized_effect_decides_rollback_and_the_skill_s_win(tmp_path: Path
             asked.append((promo_.branch, after_.phase))
             return [(_eval(without), after_.eval)]  # (the old main from the same checkpoint, the phase itself)
 
-        monkeypatch.setattr(librarian, "counterfactual", pairs)
+        monkeypatch.setattr(effect, "counterfactual", pairs)
         state = RunState(phase=2, results=[_result(1, seed_main, _eval(set(range(120)))), after],
                          promotions=[promo], candidates=[cand])
-        update = librarian.step(rt, state)
+        update = effect.step(rt, state)
         done = update["promotions"][0]
         # measured once: the step run again (a resumed node, or the waiting round) neither measures nor reverts again
-        again = librarian.step(rt, state.model_copy(update=update))["promotions"][0]
+        again = effect.step(rt, state.model_copy(update=update))["promotions"][0]
+        for _ in range(2):  # recorded once: the Librarian's step run again counts no second use
+            librarian.step(rt, state.model_copy(update=update))
         skill = rt.agents.librarian.store.get(f"dead_groups:{cand.intervention}")
         main = repo.repo.commit("main")
     finally:

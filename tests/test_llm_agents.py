@@ -237,7 +237,7 @@ def test_engineer_gets_back_a_candidate_that_changes_more_than_its_one_variable(
 def test_a_subtraction_under_escalation_must_revert_or_delete(tmp_path, repo):
     """Stalled, with filters edited during the stall: a 'subtract:' candidate that adds code is sent back; one that
     puts filters.py back as it was before the promotion is committed. Deleting code is a subtraction too."""
-    from evotrainer.loop.escalation import subtraction_problem
+    from evotrainer.harness.edits import subtraction_problem
 
     ev = evidence(tmp_path, repo)
     (d,) = [x.model_copy(update={"status": "confirmed"}) for x in HeuristicDiagnostician().diagnose(ev)
@@ -358,7 +358,7 @@ def test_stalled_engineer_changes_layer_else_subtracts(tmp_path, repo):
     assert sub.intervention == f"subtract:{first.intervention}" and sub.files == first.files
     for f in sub.files:  # the files as they were before the promotion
         assert repo.show_file(sub.sha, f) == repo.show_file(first.base_sha, f)
-    from evotrainer.loop.escalation import subtraction_problem  # the rule an LLM Engineer's subtraction is held to
+    from evotrainer.harness.edits import subtraction_problem  # the rule an LLM Engineer's subtraction is held to
 
     assert subtraction_problem(repo, {f: repo.show_file(sub.sha, f) for f in sub.files},
                                lambda f: repo.show_file(merged, f), [promo]) is None

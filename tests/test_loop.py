@@ -35,11 +35,11 @@ def _report(branch: str, verdict: str, base: float = 0.3, cand: float = 0.0, noi
                           rollouts=10, sandbox="process")
 
 
-def test_critique_routes_back_for_evidence_then_to_engineer_or_librarian():
+def test_critique_routes_back_for_evidence_then_to_engineer_or_the_phase_end():
     assert critique.route(RunState(diagnoses=[_diag("proposed"), _diag("confirmed", 2)])) == "diagnose"
     assert critique.route(RunState(diagnoses=[_diag("confirmed"), _diag("rejected", 2)])) == "engineer"
-    assert critique.route(RunState(diagnoses=[_diag("rejected")])) == "librarian"
-    assert critique.route(RunState()) == "librarian"
+    assert critique.route(RunState(diagnoses=[_diag("rejected")])) == "effect"
+    assert critique.route(RunState()) == "effect"
 
 
 def test_engineer_routes_to_backtest_only_with_new_candidates():
@@ -75,7 +75,7 @@ def test_librarian_routes_on_the_budget_and_a_waiting_round_goes_first():
     assert librarian.route(rt(4, "keep_discard"), RunState(phase=3, round_due=True)) == "keep_discard"
 
 
-def test_the_last_phase_goes_straight_to_the_librarian_and_a_raised_budget_runs_its_round_first():
+def test_the_last_phase_goes_straight_to_the_phase_end_and_a_raised_budget_runs_its_round_first():
     from types import SimpleNamespace
 
     from evotrainer import config as C
@@ -86,9 +86,9 @@ def test_the_last_phase_goes_straight_to_the_librarian_and_a_raised_budget_runs_
                                                                    f"evolution.final_round={final_round}"]))
 
     assert train.after(rt(3), RunState(phase=2, round_due=True)) == "diagnose"
-    assert train.after(rt(3), RunState(phase=3, round_due=True)) == "librarian"  # nothing would train on it
+    assert train.after(rt(3), RunState(phase=3, round_due=True)) == "effect"  # nothing would train on it
     assert train.after(rt(3, final_round=True), RunState(phase=3)) == "diagnose"
-    assert train.after(rt(3, "static"), RunState(phase=2)) == "librarian"
+    assert train.after(rt(3, "static"), RunState(phase=2)) == "effect"
     assert train.after(rt(3, "keep_discard"), RunState(phase=3)) == "keep_discard"
     assert train.start(rt(3), RunState(phase=3, round_due=True)) == "diagnose"  # `evotrainer run --phases 4`
     assert train.start(rt(3, "keep_discard"), RunState(phase=3, round_due=True)) == "keep_discard"  # its next edit
@@ -171,7 +171,7 @@ def _eval(correct: set[int], n: int = 300) -> EvalResult:
 def test_realized_effect_is_paired_against_the_counterfactual(tmp_path, with_edit, without, won, lost):
     from evotrainer.contracts import Rollout
     from evotrainer.loop.evidence import EvidenceCache
-    from evotrainer.loop.librarian import realized_effect
+    from evotrainer.loop.effect import realized_effect
     from evotrainer.rollouts import write_rollouts
     from evotrainer.rundir import RunDir
 
@@ -197,7 +197,7 @@ def test_a_realized_effect_at_two_seeds_carries_training_s_run_to_run_noise(tmp_
     is what another run of training gives: no measurable effect, nothing rolled back."""
     from evotrainer.contracts import Rollout
     from evotrainer.loop.evidence import EvidenceCache
-    from evotrainer.loop.librarian import realized_effect
+    from evotrainer.loop.effect import realized_effect
     from evotrainer.rollouts import write_rollouts
     from evotrainer.rundir import RunDir
 

@@ -163,23 +163,24 @@ def test_report_shows_phases_candidates_and_loads_nothing(run_dir: Path, env: di
 
 def test_a_bench_arm_shows_every_arm_of_its_seed_on_one_chart(run_dir: Path, env: dict, tmp_path: Path):
     """Two arms of a bench folder (copies of the finished run, so their curves coincide) and the bench's table."""
-    from evotrainer import bench
+    from evotrainer.bench import arms as bench_arms
+    from evotrainer.bench import runner as bench
 
     folder = tmp_path / "bench"
     arms = ("static", "static_rerun", "static_rerun2", "evotrainer")
     for arm in (*arms, "static_rerun1"):  # static_rerun1 is no arm's name (rerun 1 is static_rerun): not shown
-        shutil.copytree(run_dir, folder / bench.run_dir_name(arm, 0), ignore=shutil.ignore_patterns("*.safetensors"))
+        shutil.copytree(run_dir, folder / bench_arms.run_dir_name(arm, 0), ignore=shutil.ignore_patterns("*.safetensors"))
     outside = tmp_path / "lone" / "evotrainer-seed0"  # an arm-like name with no other arm beside it
     shutil.copytree(run_dir, outside, ignore=shutil.ignore_patterns("*.safetensors", "checkpoints", "policy"))
-    assert bench.arms_beside(outside) == {} and bench.arms_beside(run_dir) == {}
-    assert tuple(bench.arms_beside(folder / "evotrainer-seed0")) == arms
+    assert bench_arms.arms_beside(outside) == {} and bench_arms.arms_beside(run_dir) == {}
+    assert tuple(bench_arms.arms_beside(folder / "evotrainer-seed0")) == arms
 
     cli(["report", str(folder / "evotrainer-seed0")], env)
     page = (folder / "evotrainer-seed0" / "report.html").read_text()
     assert page.count('<svg class="chart"') == 5 and 'data-chart="bench"' in page and 'href="#bench"' in page
     assert "this run is the <code>evotrainer</code> arm" in page and "evotrainer (this run)" in page
     assert "minus static" not in page  # no bench.json yet: the bench has not finished
-    outcomes = {arm: {0: bench._outcome(RunDir(folder / bench.run_dir_name(arm, 0)), PHASES)}
+    outcomes = {arm: {0: bench._outcome(RunDir(folder / bench_arms.run_dir_name(arm, 0)), PHASES)}
                 for arm in arms}
     (folder / "bench.json").write_text(json.dumps({**bench.summarize(outcomes, [0], PHASES), "seeds": [0]}))
     cli(["report", str(folder / "static-seed0")], env)

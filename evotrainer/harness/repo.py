@@ -7,8 +7,11 @@ backtest report is a git note (``refs/notes/backtest``) and, once the next phase
 effect is another (``refs/notes/effect``). Rejected branches are kept as negative evidence. ``git log`` inside
 the repo is readable on its own.
 
-Nothing here edits ``main`` except :meth:`HarnessRepo.promote`, which merges with ``--no-ff`` and is safe to
-re-run after a kill (a half-done merge is aborted first; an already-merged branch is not merged twice).
+Only this class moves ``main``, and only forward: :meth:`HarnessRepo.promote` merges with ``--no-ff``,
+:meth:`HarnessRepo.revert` undoes a promotion and :meth:`HarnessRepo.restore` brings back an earlier harness, each
+by a new commit and each safe to re-run after a kill (a half-done merge is aborted first; an already-merged branch is
+not merged twice, a revert or restore already made is not made again). Code elsewhere uses these methods, never
+GitPython on the repo.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from evotrainer.harness.files import MAX_FILE_BYTES, check_tree, export_tree
 from evotrainer.harness.knobs import Knobs, KnobsError, parse_knobs
 
 BOT = git.Actor("EvoTrainer", "evotrainer@localhost")
+_BOT_ENV = {"GIT_AUTHOR_NAME": BOT.name, "GIT_AUTHOR_EMAIL": BOT.email,
+            "GIT_COMMITTER_NAME": BOT.name, "GIT_COMMITTER_EMAIL": BOT.email}
 HARNESS_FILES = ["harness.yaml", "prompt.py", "rewards.py", "filters.py", "curriculum.py", "diagnostics.py"]
 
 
@@ -40,7 +45,7 @@ def seed_dir(domain: str, harness: str | None = None) -> Path:
             raise FileNotFoundError(f"{path}: no harness.yaml (not a harness folder)")
         return path
     name = harness or domain
-    for root in (Path(__file__).resolve().parents[1] / "harness_repo", Path(sys.prefix) / "share/evotrainer/harness_repo"):
+    for root in (Path(__file__).resolve().parents[2] / "harness_repo", Path(sys.prefix) / "share/evotrainer/harness_repo"):
         if (root / name / "harness.yaml").is_file():
             return root / name
     raise FileNotFoundError(f"no seed harness {name!r} (a folder with harness.yaml, or one of harness_repo/)")
@@ -262,13 +267,31 @@ class HarnessRepo:
         with self.worktree(onto) as wt:
             g = git.Repo(wt).git
             try:
-                g.revert("-m", "1", "--no-edit", merge_sha, env={
-                    "GIT_AUTHOR_NAME": BOT.name, "GIT_AUTHOR_EMAIL": BOT.email, "GIT_AUTHOR_DATE": date,
-                    "GIT_COMMITTER_NAME": BOT.name, "GIT_COMMITTER_EMAIL": BOT.email, "GIT_COMMITTER_DATE": date})
+                g.revert("-m", "1", "--no-edit", merge_sha,
+                         env={**_BOT_ENV, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
             except git.GitCommandError:
                 return None
             sha = g.rev_parse("HEAD")
         self.repo.git.update_ref(f"refs/evotrainer/without/{merge_sha[:12]}-{onto[:12]}", sha)
+        return sha
+
+    def restore(self, to_sha: str, subject: str, body: str, trailers: dict[str, str]) -> str | None:
+        """Make ``main`` hold the tree of ``to_sha`` again by one new commit on top of it (history kept; the
+        commit carries ``Rollback-To: to_sha``); None when main already holds that tree (so a re-run after a kill
+        commits nothing twice). Returns the new commit's sha. Built like a candidate (``commit-tree``, then
+        ``update-ref`` guarded by the old main), so a kill leaves either the old main or the new one."""
+        self.recover()
+        main = self.sha("main")
+        tree = self.repo.commit(to_sha).tree.hexsha
+        if self.repo.commit(main).tree.hexsha == tree:
+            return None
+        g = self.repo.git
+        with tempfile.TemporaryDirectory(prefix="evo-msg-") as tmp:
+            message = Path(tmp) / "message"
+            message.write_text(format_message(subject, body, {"Rollback-To": to_sha, **trailers}))
+            sha = g.commit_tree(tree, "-p", main, "-F", str(message), env=_BOT_ENV)
+        g.update_ref("refs/heads/main", sha, main)
+        g.reset("--hard", "main")
         return sha
 
     def promote(self, branch: str, subject: str, body: str, trailers: dict[str, str]) -> str:

@@ -7,7 +7,12 @@
     engineer.py    the Engineer commits one single-variable candidate per confirmed diagnosis
     backtest.py    the Backtester judges each candidate (replay checks, pilots); router: back to engineer
     promote.py     passing candidates merge into main, chosen by the promotion policy (a pure function)
-    librarian.py   outcomes and realized effects become skills; the phase summary; router: stop or train
+    effect.py      the realized effect of last phase's promotion (counterfactual trainings); a loss is rolled back
+    librarian.py   outcomes and realized effects become skills; router: stop or train
+
+Beside the steps: ``keep_discard.py`` (the keep/discard baseline's one step), ``gate.py`` (the human gate before a
+merge), ``escalation.py`` (a stalled run), ``evidence.py`` (the per-phase rollout cache), ``runtime.py`` and
+``state.py``.
 
 Every step is ``step(rt, state) -> update``: ``rt`` is the :class:`~evotrainer.loop.runtime.Runtime` (run
 directory, config, trainer client, agents, console, per-phase evidence cache) and ``state`` the typed

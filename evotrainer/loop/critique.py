@@ -34,4 +34,4 @@ def step(rt: Runtime, state: RunState) -> dict:
 def route(state: RunState) -> str:
     if any(d.status == "proposed" for d in state.diagnoses):
         return "diagnose"
-    return "engineer" if any(d.status == "confirmed" for d in state.diagnoses) else "librarian"
+    return "engineer" if any(d.status == "confirmed" for d in state.diagnoses) else "effect"

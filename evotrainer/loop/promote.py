@@ -90,4 +90,4 @@ def step(rt: Runtime, state: RunState) -> dict:
 
 def route(state: RunState) -> str:
     """Back to the Engineer when a person asked for a revision at the gate, else on to the Librarian."""
-    return "engineer" if state.feedback else "librarian"
+    return "engineer" if state.feedback else "effect"

@@ -9,8 +9,16 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evotrainer.contracts import (BacktestReport, Candidate, Check, Diagnosis, EvalResult, MetricEvidence,
-                                  PhaseResult, Promotion)
+from evotrainer.contracts import (
+    BacktestReport,
+    Candidate,
+    Check,
+    Diagnosis,
+    EvalResult,
+    MetricEvidence,
+    PhaseResult,
+    Promotion,
+)
 
 # the classes the checkpoint may hold (LangGraph's serializer refuses others when strict, warns otherwise)
 STATE_TYPES = [BacktestReport, Candidate, Check, Diagnosis, EvalResult, MetricEvidence, PhaseResult, Promotion]

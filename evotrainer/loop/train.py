@@ -45,11 +45,12 @@ def step(rt: Runtime, state: RunState) -> dict:
 
 
 def after(rt: Runtime, state: RunState) -> str:
-    """The next step after training: the evolution round when a later phase will train on it, else the Librarian."""
+    """The next step after training: the evolution round when a later phase will train on it, else the phase's end
+    (the realized effect, then the Librarian)."""
     mode = rt.cfg.evolution.mode
     if mode == "evolve" and state.phase >= rt.cfg.phases and not rt.cfg.evolution.final_round:
-        return "librarian"
-    return {"evolve": "diagnose", "static": "librarian", "keep_discard": "keep_discard"}[mode]
+        return "effect"
+    return {"evolve": "diagnose", "static": "effect", "keep_discard": "keep_discard"}[mode]
 
 
 def start(rt: Runtime, state: RunState) -> str:

@@ -22,8 +22,6 @@ Try it alone: ``python -m evotrainer.report.collect RUN_DIR`` writes RUN_DIR/rep
 
 from __future__ import annotations
 
-import functools
-import math
 import os
 import time
 from collections import defaultdict
@@ -35,7 +33,7 @@ import git
 from evotrainer.contracts import EvalResult, PhaseResult
 from evotrainer.harness.knobs import KnobsError
 from evotrainer.harness.repo import HarnessRepo
-from evotrainer.metrics import paired_gain, wilson
+from evotrainer.metrics import accuracy_change, paired_change, wilson
 from evotrainer.report.history import harness_log, phase_results
 from evotrainer.rollouts import group_stats, read_rollouts
 from evotrainer.rundir import RunDir
@@ -49,28 +47,7 @@ def clear_caches() -> None:
     """Forget what earlier reports read (rollout files, candidates, paired intervals): the next write reads anew."""
     _rollout_cache.clear()
     _candidate_cache.clear()
-    _paired.cache_clear()
-
-
-@functools.lru_cache(maxsize=512)
-def _paired(before: tuple[tuple[str, float], ...], after: tuple[tuple[str, float], ...]) -> dict[str, Any]:
-    """``metrics.paired_gain`` of two phases' item scores, once per process (a run reports each pair again and
-    again, and published phases never change)."""
-    gain = paired_gain([(dict(before), dict(after))], resamples=RESAMPLES)
-    return {"change": gain["diff"], "low": gain["low"], "high": gain["high"], "n": gain["n"],
-            "method": "paired bootstrap"}
-
-
-def accuracy_change(before: EvalResult, after: EvalResult) -> dict[str, Any]:
-    """``after - before`` with a 95% interval: paired bootstrap over the held-out items both sides scored, or,
-    when either side has no per-item results, the unpaired normal interval of a difference of two rates."""
-    common = sorted(set(before.items) & set(after.items))
-    if common:
-        return dict(_paired(tuple((k, before.items[k]) for k in common), tuple((k, after.items[k]) for k in common)))
-    a0, a1 = before.accuracy, after.accuracy
-    half = 1.96 * math.sqrt(a0 * (1 - a0) / max(before.n, 1) + a1 * (1 - a1) / max(after.n, 1))
-    return {"change": a1 - a0, "low": a1 - a0 - half, "high": a1 - a0 + half, "n": min(before.n, after.n),
-            "method": "unpaired normal"}
+    paired_change.cache_clear()
 
 
 def accuracy_rows(baseline: EvalResult | None, results: list[PhaseResult]) -> list[dict]:
@@ -81,7 +58,7 @@ def accuracy_rows(baseline: EvalResult | None, results: list[PhaseResult]) -> li
         lo, hi = wilson(ev.accuracy * ev.n, ev.n)
         row = {"phase": phase, "accuracy": ev.accuracy, "low": lo, "high": hi, "n": ev.n, "change": None}
         if i > 0:
-            row["change"] = accuracy_change(evals[i - 1][1], ev)
+            row["change"] = accuracy_change(evals[i - 1][1], ev, RESAMPLES)
             row["change"]["against"] = "start" if evals[i - 1][0] == 0 else f"phase {evals[i - 1][0]}"
         rows.append(row)
     return rows
@@ -243,7 +220,7 @@ def bench_arms(rd: RunDir) -> dict[str, Any] | None:
     and the bench's summary (bench.json) once it has been written. None for a run outside a bench."""
     import json
 
-    from evotrainer.bench import arms_beside
+    from evotrainer.bench.arms import arms_beside
 
     arms = arms_beside(rd.root)
     if not arms:
@@ -281,7 +258,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
                 "written": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                 "eval_n": results[-1].eval.n if results else 0},
         "accuracy": accuracy_rows(rd.baseline(), results),
-        "overall": accuracy_change(evals[0], evals[-1]) if len(evals) > 1 else None,  # first to last
+        "overall": accuracy_change(evals[0], evals[-1], RESAMPLES) if len(evals) > 1 else None,  # first to last
         "phases": phases,
         "unlogged": unlogged(phases, steps),  # health figures the trainer did not log, and why
         "steps": steps,

@@ -1,0 +1,101 @@
+"""The bench's arms: what each one changes, how its runs are named, and which runs of a bench sit side by side.
+
+An arm is a list of config overrides on the bench's common config (``ARMS``); static's reruns are
+``static_rerun`` (rerun 1) and ``static_rerun<k>``. Each arm-seed is a run directory ``BENCH/<arm>-seed<N>``;
+:func:`arms_beside` finds the other arms of a run's seed, for the run's report. Alone:
+``python -c "from evotrainer.bench.arms import expand_arms; print(expand_arms(['static_rerun'], 3))"``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evotrainer.config import ConfigError
+
+
+def _rerun(k: int) -> list[str]:
+    return ["evolution.mode=static", f"training.rerun={k}"]  # static trained again with other training randomness
+
+
+ARMS = {
+    "static": ["evolution.mode=static"],
+    "static_rerun": _rerun(1),
+    "reference": ["evolution.mode=static", "harness=math_reference"],
+    "keep_discard": ["evolution.mode=keep_discard"],
+    "evotrainer": ["evolution.mode=evolve"],
+}
+
+
+RERUN = "static_rerun"  # static trained again: rerun 1 is this arm, rerun k >= 2 is static_rerun<k>
+
+
+def rerun_arm(k: int) -> str:
+    """The arm that trains static again with ``training.rerun: k`` (k >= 1)."""
+    return RERUN if k == 1 else f"{RERUN}{k}"
+
+
+def rerun_number(arm: str) -> int | None:
+    """k for the arm that trains static with ``training.rerun: k`` (1 for static_rerun); None for any other name."""
+    if arm == RERUN:
+        return 1
+    k = arm[len(RERUN):]
+    return int(k) if arm.startswith(RERUN) and k.isdigit() and int(k) >= 2 and arm == rerun_arm(int(k)) else None
+
+
+def arm_overrides(arm: str) -> list[str]:
+    """The config overrides that make an arm; ValueError for a name that is no arm."""
+    if arm in ARMS:
+        return ARMS[arm]
+    if k := rerun_number(arm):
+        return _rerun(k)
+    raise ValueError(f"no arm {arm!r}")
+
+
+def is_arm(name: str) -> bool:
+    """A name ``--arms`` accepts: one of ``ARMS`` or static_rerun<k>."""
+    return name in ARMS or rerun_number(name) is not None
+
+
+def arm_order(arm: str) -> tuple[int, int]:
+    """Arms in ``ARMS`` order, reruns by number from static_rerun on."""
+    k = rerun_number(arm)
+    return (list(ARMS).index(RERUN), k) if k else (list(ARMS).index(arm), 0)
+
+
+def expand_arms(arms: list[str], reruns: int = 1) -> list[str]:
+    """The arms to run, in arm order: ``arms`` with static_rerun2 .. static_rerun<reruns> added when static_rerun
+    is among them (``--reruns``). An unknown name or a rerun count below 1 raises ConfigError."""
+    unknown = [a for a in arms if not is_arm(a)]
+    if unknown:
+        raise ConfigError(f"--arms: unknown arm(s) {unknown} (allowed: {', '.join(ARMS)}, and "
+                                     f"{RERUN}2, {RERUN}3, ... for more static reruns)")
+    if reruns < 1:
+        raise ConfigError(f"--reruns: {reruns} (at least 1, static_rerun itself)")
+    extra = [rerun_arm(k) for k in range(2, reruns + 1)] if RERUN in arms else []
+    return sorted(dict.fromkeys([*arms, *extra]), key=arm_order)
+
+
+def static_runs(arms) -> list[str]:
+    """The arms that train the seed harness unchanged, static and its reruns: per seed, the replicates that show
+    training's run-to-run noise."""
+    return [a for a in arms if a == "static" or rerun_number(a)]
+
+
+def run_dir_name(arm: str, seed: int) -> str:
+    """The folder of one arm-seed run inside a bench folder."""
+    return f"{arm}-seed{seed}"
+
+
+def arms_beside(root: Path) -> dict[str, Path]:
+    """The arms of the bench that the run at ``root`` belongs to, with the same seed (itself included), in arm
+    order; empty when it is not a bench run (its folder is not ``<arm>-seed<N>`` beside other arms)."""
+    root = Path(root)
+    arm, _, seed = root.name.rpartition("-seed")
+    if not (seed.isdigit() and is_arm(arm)):
+        return {}
+    found = {}
+    for path in root.parent.glob(f"*-seed{seed}"):
+        other = path.name[:-len(f"-seed{seed}")]
+        if is_arm(other) and (path / "config.yaml").is_file():
+            found[other] = path
+    return {a: found[a] for a in sorted(found, key=arm_order)} if len(found) > 1 else {}
