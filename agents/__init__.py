@@ -11,109 +11,20 @@ implementation (offline, no LLM); any other value is a litellm model and the rol
 (``llm_diagnostician.py``, ``LLMCritic`` in ``critic.py``, ``llm_engineer.py``, ``LLMBacktester`` in
 ``backtester.py``, ``LLMLibrarian`` in ``librarian.py``; the call itself in ``llm.py``, prompts in ``prompts/``),
 falling back to the built-in one per its ``fallbacks``. The interfaces take and return the pydantic contracts of
-``evotrainer.contracts``, never free text, so an LLM-backed implementation can stand in for any role.
+``evotrainer.contracts``, never free text, so an LLM-backed implementation can stand in for any role; the
+interfaces and the evidence they read are in ``roles.py``. Beside them: ``playbook.py`` (the built-in Engineer's
+interventions), ``edits.py`` (its text editors), ``evidence_tools.py`` (the LLM roles' SQL over rollouts),
+``domains/`` (edits that know one domain's answer format). This module only builds the roles (:func:`build_agents`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from pydantic import BaseModel, Field
-
+from agents.roles import Backtester, Critic, Diagnostician, Engineer, Librarian
 from evotrainer.config import Config
-from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, EvalResult, PhaseResult, Promotion, Skill
-from evotrainer.domains.base import Domain
-from evotrainer.harness.knobs import Knobs
-from evotrainer.harness.repo import HarnessRepo
-
-
-@dataclass
-class PhaseEvidence:
-    """What the Diagnostician and the Critic read about the phase that just trained."""
-
-    phase: int
-    results: list[PhaseResult]
-    rollouts: list[dict]
-    phases_in_view: list[int]
-    registry: dict[str, dict]
-    knobs: Knobs
-    domain: Domain
-    last_promotion: dict[str, Any] | None = None
-    baseline: EvalResult | None = None  # held-out result of the starting policy, before any training
-    run_dir: Path | None = None  # the run directory, for tools that read its history (LLM roles)
-
-    @property
-    def current(self) -> PhaseResult:
-        return self.results[-1]
-
-
-class MetricProposal(BaseModel):
-    """A diagnostics metric the Critic wants as a gate: added to main's ``diagnostics.py`` once it is validated on
-    earlier phases' rollouts (``evotrainer.loop.new_metric``); later candidates that push it past its threshold are
-    then rejected by the backtest like any registered diagnostic."""
-
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]{2,40}$", description="registry name, snake_case")
-    help: str = Field(min_length=1, max_length=200, description="what it measures, one line")
-    code: str = Field(min_length=10, max_length=4000, description="one Python function `def NAME(rollouts):` "
-                      "returning a float from the phase's rollouts (dicts of the harness's rollout view)")
-    min: float | None = Field(None, description="alert when the value falls below this")
-    max: float | None = Field(None, description="alert when the value rises above this")
-    reason: str = Field(min_length=1, max_length=600, description="which failure it guards against, and why now")
-
-
-@dataclass
-class Critique:
-    diagnoses: list[Diagnosis]
-    needs_more_evidence: bool = False
-    metric: MetricProposal | None = None  # a gate the Critic wants on main (validated before it lands)
-
-
-@dataclass
-class EngineerContext:
-    phase: int
-    round: int
-    repo: HarnessRepo
-    base_sha: str
-    knobs: Knobs
-    domain: str
-    tried: list[str] = field(default_factory=list)  # interventions already tried this phase (branch names too)
-    no_effect: list[str] = field(default_factory=list)  # interventions that changed no update on this main before
-    trial_lost: list[str] = field(default_factory=list)  # interventions that lost their A/B trial on this main before
-    rejections: dict[str, list[str]] = field(default_factory=dict)  # branch -> reasons its backtest failed
-    pilot: bool = False  # whether edits only training can judge (RL knobs) are judged: A/B trials are on
-    level_stats: dict[str, dict] = field(default_factory=dict)  # per difficulty level: n, reward_mean, dead ratio
-    feedback: str = ""  # what a person said at the gate (`evotrainer approve --revise "..."`): revise with it
-    escalation: str = ""  # set after phases in a row with nothing promoted: change layer or propose a subtraction
-    avoid_layers: list[str] = field(default_factory=list)  # harness layers edited during that stall
-    promotions: list[Promotion] = field(default_factory=list)  # every promotion so far (what a subtraction undoes)
-
-
-class Diagnostician(Protocol):
-    def diagnose(self, evidence: PhaseEvidence) -> list[Diagnosis]: ...
-
-
-class Critic(Protocol):
-    def critique(self, diagnoses: list[Diagnosis], evidence: PhaseEvidence, rounds_left: int) -> Critique: ...
-
-
-class Engineer(Protocol):
-    def propose(self, diagnoses: list[Diagnosis], ctx: EngineerContext, skills: dict[str, list[Skill]]
-                ) -> list[Candidate]: ...
-
-
-class Backtester(Protocol):
-    def judge(self, candidate: Candidate, bench: Any) -> BacktestReport: ...
-
-
-class Librarian(Protocol):
-    def retrieve(self, diagnosis: Diagnosis, domain: str) -> list[Skill]: ...
-
-    def record_outcome(self, candidate: Candidate, report: BacktestReport, diagnosis: Diagnosis | None,
-                       domain: str) -> None: ...
-
-    def record_effect(self, promotion: dict[str, Any], effect: dict[str, Any], domain: str) -> None: ...
 
 
 @dataclass

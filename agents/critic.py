@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agents import Critique, MetricProposal, PhaseEvidence
+from agents.roles import Critique, MetricProposal, PhaseEvidence
 from agents.evidence_tools import EvidenceTools, ToolCall, investigate
 from agents.llm import LLMRole, UseBuiltin
 from evotrainer.contracts import Diagnosis

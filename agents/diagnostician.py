@@ -15,8 +15,7 @@ threshold) becomes the diagnosis's confidence, which the Critic judges.
 
 from __future__ import annotations
 
-
-from agents import PhaseEvidence
+from agents.roles import PhaseEvidence
 from evotrainer.contracts import Diagnosis, MetricEvidence
 from evotrainer.metrics import accuracy_change, rate_evidence, ratio_evidence
 from evotrainer.rollouts import groups_of, is_dead

@@ -14,7 +14,7 @@ is committed, by any Engineer.
 
 from __future__ import annotations
 
-from agents import EngineerContext
+from agents.roles import EngineerContext
 from agents.playbook import Intervention, for_domain, layer_of
 from evotrainer.contracts import Candidate, Diagnosis, Skill
 from evotrainer.harness.repo import HARNESS_FILES

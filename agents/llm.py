@@ -35,6 +35,7 @@ from typing import Any, Callable, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from evotrainer.agents_config import HEURISTIC, ROLES, BudgetConfig, LLMSettings, secret_like
+from evotrainer.atomic import write_text
 from evotrainer.config import Config, ConfigError
 from evotrainer.events import EventLog
 from evotrainer.pause import RunPaused
@@ -141,9 +142,7 @@ class Ledger:
         self.spent = {"usd": self.spent["usd"] + usd, "tokens": self.spent["tokens"] + tokens,
                       "calls": self.spent["calls"] + 1}
         if self.path:
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.spent))
-            tmp.replace(self.path)
+            write_text(self.path, json.dumps(self.spent))
 
     def exhausted(self) -> str | None:
         b = self.budget

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from agents import PhaseEvidence
+from agents.roles import PhaseEvidence
 from agents.evidence_tools import EvidenceTools, ToolCall, investigate
 from agents.llm import LLMRole, UseBuiltin
 from evotrainer.contracts import Diagnosis, Layer, MetricEvidence

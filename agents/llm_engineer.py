@@ -19,16 +19,16 @@ from typing import Literal
 import git
 from pydantic import BaseModel, Field
 
-from agents import EngineerContext
+from agents.roles import EngineerContext
 from agents.edits import Block, apply_blocks
 from agents.engineer import HeuristicEngineer, commit
 from agents.librarian import how_of
 from agents.llm import LLMRole, UseBuiltin
 from agents.playbook import layer_of
 from evotrainer.contracts import Candidate, Diagnosis, Skill
+from evotrainer.harness.edits import subtraction_problem
 from evotrainer.harness.repo import seed_dir
 from evotrainer.judge import variables
-from evotrainer.harness.edits import subtraction_problem
 
 
 class Proposal(BaseModel):

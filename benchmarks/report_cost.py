@@ -3,8 +3,8 @@
     python benchmarks/report_cost.py RUN_DIR [--writes 5]           # a finished (or running) run
     python benchmarks/report_cost.py --build DIR [--phases 6]       # build a FAST run first (as the tests do)
 
-``evotrainer run`` rewrites RUN_DIR/report.html at the end of every phase (``report.write_quietly``). This writes the
-same report (``report.write``) to a temporary file, so the run's own page is left alone, and prints:
+``evotrainer run`` rewrites RUN_DIR/report.html at the end of every phase (``report.html.write_quietly``). This writes the
+same report (``report.html.write``) to a temporary file, so the run's own page is left alone, and prints:
 
     size       the page's bytes, and how many of them are the charts' inline SVG
     first      the first write in this process: imports (matplotlib), every phase's rollouts and every candidate
@@ -70,7 +70,8 @@ def main() -> None:
         print(f"built {run}: {args.phases} phases in {time.time() - t0:.0f} s")
 
     t0, cpu0 = time.perf_counter(), time.process_time()
-    from evotrainer.report import collect as report
+    from evotrainer.report import collect
+    from evotrainer.report import html as report
     from evotrainer.report.history import harness_log, phase_results
     from evotrainer.rundir import RunDir
 
@@ -81,7 +82,7 @@ def main() -> None:
         first = (time.perf_counter() - t0, time.process_time() - cpu0)
         cold, warm = [], []
         for _ in range(args.writes):
-            report.clear_caches()
+            collect.clear_caches()
             cold.append(timed(report.write, rd, out))
         for _ in range(args.writes):
             warm.append(timed(report.write, rd, out))

@@ -266,7 +266,7 @@ def backtest(run_dir: Path, ref: str, json_: bool = typer.Option(False, "--json"
 @app.command()
 def report(run_dir: Path, out: Optional[Path] = typer.Option(None, help="where to write (default RUN_DIR/report.html)")):
     """The run as one self-contained HTML page: accuracy, health, harness lineage, skills, agents, samples."""
-    from evotrainer.report.collect import write
+    from evotrainer.report.html import write
 
     try:
         path = write(RunDir(run_dir), out)

@@ -16,6 +16,7 @@ from typing import Iterable
 
 import pandas as pd
 
+from evotrainer.atomic import replacing
 from evotrainer.contracts import Rollout
 
 _JSON_COLUMNS = ("reward_components", "extra")
@@ -61,11 +62,8 @@ def write_rollouts(rollouts: Iterable[Rollout], path: Path) -> None:
             row[col] = json.dumps(row[col], sort_keys=True)
         rows.append(row)
     frame = pd.DataFrame(rows, columns=list(Rollout.model_fields))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(path)
+    with replacing(path) as tmp:
+        frame.to_parquet(tmp, index=False)
 
 
 def read_rollouts(path: Path) -> list[dict]:

@@ -24,7 +24,7 @@ from evotrainer.console import Reporter, summarize
 from evotrainer.loop.gate import describe
 from evotrainer.loop.state import RunState
 from evotrainer.pause import RunPaused, waiting_for
-from evotrainer.report.collect import write_quietly
+from evotrainer.report.html import write_quietly
 from evotrainer.rundir import RunDir, RunDirError
 from evotrainer.trainer.wire import EvalRequest
 from sandbox.confine import run_log as sandbox_run_log

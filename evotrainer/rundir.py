@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from evotrainer import config as config_mod
+from evotrainer.atomic import write_text
 from evotrainer.config import Config, ConfigError
 from evotrainer.contracts import EvalResult
 from evotrainer.domains import get_domain
@@ -73,9 +74,7 @@ class RunDir:
         if not path.is_file():
             import uuid
 
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(uuid.uuid4().hex)
-            tmp.replace(path)
+            write_text(path, uuid.uuid4().hex)
         return path.read_text().strip()
     events_path = property(lambda self: self.root / "events.jsonl")
     status_path = property(lambda self: self.root / "status.json")
@@ -187,9 +186,8 @@ class RunDir:
             return None
 
     def save_baseline(self, checkpoint: str, result: EvalResult) -> None:
-        tmp = self.baseline_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"checkpoint": checkpoint, "eval": result.model_dump(mode="json")}, indent=1))
-        tmp.replace(self.baseline_path)
+        write_text(self.baseline_path,
+                   json.dumps({"checkpoint": checkpoint, "eval": result.model_dump(mode="json")}, indent=1))
 
     # status ---------------------------------------------------------------------------------------------------
     def set_status(self, state: str, **fields) -> None:
@@ -198,9 +196,7 @@ class RunDir:
             old = {k: v for k, v in old.items() if k not in ("detail", "error")}
         data = {**old, "state": state, "pid": os.getpid(), "pid_started": _started(os.getpid()),
                 "updated": time.time(), **fields}
-        tmp = self.status_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(self.status_path)
+        write_text(self.status_path, json.dumps(data, indent=1))
 
     def status(self, raw: bool = False) -> dict:
         try:

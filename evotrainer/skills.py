@@ -40,6 +40,7 @@ from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
 from chromadb.config import Settings
 from chromadb.utils.embedding_functions import known_embedding_functions, register_embedding_function
 
+from evotrainer.atomic import write_text
 from evotrainer.contracts import Skill
 
 try:  # POSIX advisory locks; elsewhere updates fall back to the in-process lock only
@@ -254,9 +255,7 @@ class _Folder(_Place):
 
     def _write_generation(self) -> str:
         token = uuid.uuid4().hex
-        staged = self.path / f"{_GENERATION_FILE}.{os.getpid()}"
-        staged.write_text(token)
-        os.replace(staged, self.path / _GENERATION_FILE)
+        write_text(self.path / _GENERATION_FILE, token)
         return token
 
 

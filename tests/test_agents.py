@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import EngineerContext, PhaseEvidence
+from agents.roles import EngineerContext, PhaseEvidence
 from agents.critic import HeuristicCritic
 from agents.diagnostician import HeuristicDiagnostician
 from agents.engineer import HeuristicEngineer
@@ -159,7 +159,7 @@ def test_librarian_counts_each_outcome_once(tmp_path):
 
 
 def test_a_realized_win_says_whether_accuracy_moved_beyond_noise():
-    from evotrainer.loop.librarian import accuracy_note
+    from evotrainer.loop.effect import accuracy_note
 
     assert "within noise" in accuracy_note(True, 0.007, 0.07)  # the target moved; accuracy did not, measurably
     assert "beyond noise" in accuracy_note(True, 0.10, 0.07)

@@ -237,7 +237,7 @@ def test_init_refuses_an_llm_it_cannot_call_in_one_line_and_creates_nothing(tmp_
 
 
 def test_length_bounds_are_checked_on_the_answer_but_not_sent_as_grammar():
-    from agents import MetricProposal
+    from agents.roles import MetricProposal
     from agents.critic import CriticStep
     from agents.llm import UNSENT_BOUNDS, wire_schema
 

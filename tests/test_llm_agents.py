@@ -11,7 +11,7 @@ from pathlib import Path
 import ormsgpack
 import pytest
 
-from agents import EngineerContext, PhaseEvidence
+from agents.roles import EngineerContext, PhaseEvidence
 from agents.backtester import HeuristicBacktester, LLMBacktester
 from agents.critic import HeuristicCritic, LLMCritic
 from agents.diagnostician import HeuristicDiagnostician

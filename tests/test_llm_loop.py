@@ -312,7 +312,7 @@ def test_the_critics_metric_is_validated_then_gates_later_candidates(tmp_path: P
 
 
 def test_a_metric_that_is_not_one_function_or_has_no_threshold_is_refused_before_it_runs():
-    from agents import MetricProposal
+    from agents.roles import MetricProposal
     from evotrainer.loop.new_metric import source
 
     def proposal(code: str, **bounds) -> MetricProposal:

@@ -25,7 +25,8 @@ import pytest
 
 from evotrainer.contracts import EvalResult, Rollout, Skill
 from evotrainer.harness.repo import HarnessRepo
-from evotrainer.report.collect import accuracy_change, write_quietly
+from evotrainer.metrics import accuracy_change
+from evotrainer.report.html import write_quietly
 from evotrainer.report.history import phase_results
 from evotrainer.rollouts import read_rollouts, write_rollouts
 from evotrainer.rundir import RunDir

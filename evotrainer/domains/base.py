@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
+from evotrainer.atomic import write_text
+
 Task = dict[str, Any]  # keys: id, question, answer, difficulty, plus domain-specific fields
 
 
@@ -41,10 +43,7 @@ class Domain(ABC):
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    tmp.replace(path)
+    write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from agents import PhaseEvidence
+from agents.roles import PhaseEvidence
 from evotrainer.domains import get_domain
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from agents import EngineerContext
+from agents.roles import EngineerContext
 from evotrainer.loop import escalation
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState

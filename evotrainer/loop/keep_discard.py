@@ -18,7 +18,8 @@ its fallbacks and the budget) leaves the step to the playbook, and the ``promote
 
 from __future__ import annotations
 
-from agents import EngineerContext, playbook
+from agents import playbook
+from agents.roles import EngineerContext
 from evotrainer.agents_config import HEURISTIC
 from evotrainer.contracts import Candidate, Diagnosis, Promotion
 from evotrainer.harness.repo import HARNESS_FILES, parse_trailers

@@ -26,7 +26,7 @@ import math
 import time
 from typing import Any
 
-from agents import MetricProposal
+from agents.roles import MetricProposal
 from evotrainer.judge.checks import harness_worker
 from evotrainer.judge.replay import registry
 from evotrainer.loop.runtime import Runtime

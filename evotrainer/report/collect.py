@@ -1,8 +1,8 @@
 """The run report (``RUN_DIR/report.html``): what it shows, gathered from what the run left on disk.
 
 ``evotrainer report RUN_DIR [--out FILE]`` writes it on demand, and ``evotrainer run`` rewrites it at the end of
-every phase (:func:`write_quietly`, which never stops a run: a failure becomes a ``report_error`` event). This
-module only reads; ``report_html.py`` and ``report_charts.py`` render. The sources:
+every phase (``html.write_quietly``, which never stops a run: a failure becomes a ``report_error`` event). This
+module only reads; ``html.py`` and ``charts.py`` render and write. The sources:
 
     held-out accuracy   checkpoints/phase-NNNN/result.json and baseline.json; the change of each phase against the
                         one before (or the start) has a paired bootstrap interval over held-out items when both
@@ -17,12 +17,11 @@ module only reads; ``report_html.py`` and ``report_charts.py`` render. The sourc
 
     bench               when the run is one arm of ``evotrainer bench`` (``BENCH/<arm>-seed<N>``): every arm of
                         the same seed, held-out accuracy per phase, on one chart; the bench's table when written
-Try it alone: ``python -m evotrainer.report.collect RUN_DIR`` writes RUN_DIR/report.html and prints its size.
+Try it alone: ``python -c "from evotrainer.report.collect import collect; from evotrainer.rundir import RunDir; print(sorted(collect(RunDir('RUN_DIR'))))"``.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -268,39 +267,3 @@ def collect(rd: RunDir) -> dict[str, Any]:
         "samples": samples,
         "bench": bench_arms(rd),
     }
-
-
-def write(rd: RunDir, out: Path | None = None) -> Path:
-    """Render the report of ``rd`` to ``out`` (default RUN_DIR/report.html), replacing it atomically."""
-    from evotrainer.report.html import render
-
-    out = Path(out) if out else rd.root / "report.html"
-    text = render(collect(rd))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
-    return out
-
-
-def write_quietly(rd: RunDir, phase: int) -> None:
-    """The run's hook: rewrite RUN_DIR/report.html; log ``report`` (bytes, wall and CPU seconds) or
-    ``report_error``; never raise."""
-    t0, cpu0 = time.time(), time.process_time()
-    try:
-        out = write(rd)
-        rd.events.emit("report", phase=phase, path=str(out), bytes=out.stat().st_size,
-                       seconds=round(time.time() - t0, 3), cpu_s=round(time.process_time() - cpu0, 3))
-    except Exception as err:  # noqa: BLE001 - a report must never stop a run
-        try:
-            rd.events.emit("report_error", phase=phase, error=f"{type(err).__name__}: {err}",
-                           seconds=round(time.time() - t0, 3))
-        except Exception:  # noqa: BLE001 - not even an unwritable events file
-            pass
-
-
-if __name__ == "__main__":
-    import sys
-
-    target = write(RunDir(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None)
-    print(f"{target}: {target.stat().st_size / 1024:.0f} KiB")

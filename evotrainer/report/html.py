@@ -5,17 +5,26 @@ Every text that comes from the run (completions, prompts, diffs, hypotheses, rea
 :func:`esc`; the page loads nothing: no script, no stylesheet, no font, no image from anywhere, and its only links
 point inside the page (a lineage node to its candidate's card). Sections, in reading order: headline figures,
 the phase table, accuracy, training, health, lineage with one card per candidate, skills, agents, sample rollouts.
+
+:func:`write` renders a run's page to RUN_DIR/report.html (``evotrainer report``); :func:`write_quietly` is what the
+run calls at the end of every phase. Try it alone: ``python -m evotrainer.report.html RUN_DIR [OUT]`` writes the page
+and prints its size.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import time
 from importlib import resources
+from pathlib import Path
 from string import Template
 from typing import Any
 
+from evotrainer.atomic import write_text
 from evotrainer.report import charts
+from evotrainer.report.collect import collect
+from evotrainer.rundir import RunDir
 
 TEMPLATE = "template.html"
 
@@ -211,3 +220,34 @@ def render(d: dict) -> str:
             lineage(d), skills(d), agents(d), samples(d)]
     text = resources.files("evotrainer.report").joinpath(TEMPLATE).read_text(encoding="utf-8")
     return Template(text).substitute(title=esc(f"EvoTrainer report: {d['run']['name']}"), body="\n".join(body))
+
+
+def write(rd: RunDir, out: Path | None = None) -> Path:
+    """Render the report of ``rd`` to ``out`` (default RUN_DIR/report.html), replacing it atomically."""
+    out = Path(out) if out else rd.root / "report.html"
+    text = render(collect(rd))
+    write_text(out, text)
+    return out
+
+
+def write_quietly(rd: RunDir, phase: int) -> None:
+    """The run's hook: rewrite RUN_DIR/report.html; log ``report`` (bytes, wall and CPU seconds) or
+    ``report_error``; never raise."""
+    t0, cpu0 = time.time(), time.process_time()
+    try:
+        out = write(rd)
+        rd.events.emit("report", phase=phase, path=str(out), bytes=out.stat().st_size,
+                       seconds=round(time.time() - t0, 3), cpu_s=round(time.process_time() - cpu0, 3))
+    except Exception as err:  # noqa: BLE001 - a report must never stop a run
+        try:
+            rd.events.emit("report_error", phase=phase, error=f"{type(err).__name__}: {err}",
+                           seconds=round(time.time() - t0, 3))
+        except Exception:  # noqa: BLE001 - not even an unwritable events file
+            pass
+
+
+if __name__ == "__main__":
+    import sys
+
+    target = write(RunDir(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None)
+    print(f"{target}: {target.stat().st_size / 1024:.0f} KiB")

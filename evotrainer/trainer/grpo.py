@@ -41,8 +41,8 @@ from evotrainer.rollouts import group_stats, level_history, read_rollouts, write
 from evotrainer.trainer.dashboards import phase_runs, trl_args
 from evotrainer.trainer.generation import grpo_args
 from evotrainer.trainer.hooks import HarnessHooks, lr_multiplier, make_trainer_class
-from evotrainer.trainer.launch import rank, world
 from evotrainer.trainer.model import evaluate, load_policy, resolve_device, uses_chat
+from evotrainer.trainer.ranks import rank, world
 from evotrainer.trainer.wire import PhaseRequest, PilotResult
 
 Progress = Callable[[dict[str, Any]], None]

@@ -36,19 +36,11 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from evotrainer.atomic import write_text
 from evotrainer.config import accelerate_args_problem  # the config's rule, checked again per request
+from evotrainer.trainer.ranks import rank
 
 SERVICE_PID = "EVOTRAINER_SERVICE_PID"  # the ranks exit when this process is gone
-
-
-def rank() -> int:
-    """This process's rank among those training the phase (0 when it trains alone)."""
-    return int(os.environ.get("RANK", "0"))
-
-
-def world() -> int:
-    """How many processes train the phase together (1 when it trains alone)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def command(processes: int, accelerate_args: list[str], job_dir: Path) -> list[str]:
@@ -72,9 +64,7 @@ def check(processes: int, device: str) -> str | None:
 
 
 def _write(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
+    write_text(path, json.dumps(data))
 
 
 def run_launched(req, progress: Callable[[dict], None] = lambda _: None, poll_s: float = 0.5):

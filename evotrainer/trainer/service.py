@@ -37,9 +37,9 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
+from evotrainer.atomic import write_text
 from evotrainer.trainer.parent import die_with
 from evotrainer.trainer.wire import HEALTH_WAIT_S, TOKEN_ENV, EvalRequest, PhaseRequest, auth_headers, package_dir
-
 
 # The heavy imports (torch, transformers, TRL: ~20 s on a small CPU) run in a background thread at start, while
 # the run process gets ready. Everything that touches them waits for that thread first: importing transformers
@@ -190,9 +190,7 @@ def serve(host: str = "127.0.0.1", port: int = 8765, parent_pid: int | None = No
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     if port_file:  # the launcher learns the port (port 0 = any free one) from this file
-        tmp = Path(port_file).with_suffix(".tmp")
-        tmp.write_text(str(sock.getsockname()[1]))
-        tmp.replace(port_file)
+        write_text(port_file, str(sock.getsockname()[1]))
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[sock])
 

@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from evotrainer.config import Config, SandboxConfig
 from evotrainer.contracts import EvalResult
 
-
 HEALTH_WAIT_S = 20  # GET /health waits this long for the service's heavy imports before answering "loading"
 
 # The service's bearer token: read from this variable by the service at start and by the client of a trainer.url;
