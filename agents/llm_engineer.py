@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import git
 from pydantic import BaseModel, Field
 
 from agents.roles import EngineerContext
@@ -96,15 +95,10 @@ class LLMEngineer(LLMRole):
         self.max_candidates = builtin.max_candidates
 
     def _read(self, ctx: EngineerContext):
-        def read(name: str) -> str | None:
-            try:
-                return ctx.repo.repo.git.show(f"{ctx.base_sha}:{name}", strip_newline_in_stdout=False)
-            except git.GitCommandError:
-                return None
-        return read
+        return lambda name: ctx.repo.read(ctx.base_sha, name)
 
     def request(self, confirmed: list[Diagnosis], ctx: EngineerContext, skills: dict[str, list[Skill]]) -> str:
-        files = ctx.repo.repo.git.ls_tree("-r", "--name-only", ctx.base_sha).split()
+        files = ctx.repo.files(ctx.base_sha)
         read = self._read(ctx)
         shown = "\n\n".join(f"--- {f} ---\n{read(f)}" for f in files if not f.startswith("."))
         diag = "\n".join(d.model_dump_json(exclude={"status"}) for d in confirmed)

@@ -49,8 +49,8 @@ def main() -> None:
     cfg = rd.load_config()
     base = rd.ensure_policy(log=print)
     repo = HarnessRepo(rd.harness)
-    main_sha = repo.repo.commit(f"phase-{a.phase}").hexsha
-    cand_sha = repo.repo.commit(a.ref).hexsha
+    main_sha = repo.commit(f"phase-{a.phase}").sha
+    cand_sha = repo.commit(a.ref).sha
     init = str(rd.checkpoint(a.phase))
 
     def arm(sha: str, steps: int, shift: int = 0) -> list:

@@ -21,7 +21,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import git
 
@@ -71,6 +71,15 @@ def parse_trailers(message: str) -> dict[str, str]:
         if sep and key.replace("-", "").isalnum():
             out[key] = value
     return out
+
+
+class Commit(NamedTuple):
+    """What code outside this module reads of a commit."""
+    sha: str
+    message: str
+    summary: str
+    parents: list[str]
+    tree: str
 
 
 class HarnessRepo:
@@ -130,6 +139,42 @@ class HarnessRepo:
 
     def message(self, ref: str) -> str:
         return self.repo.commit(ref).message
+
+    def commit(self, ref: str) -> Commit:
+        """The commit ``ref`` names (a branch, tag, sha or expression); ValueError (one line) when it names none."""
+        try:
+            c = self.repo.commit(ref)
+        except (git.BadName, git.GitCommandError, ValueError):
+            raise ValueError(f"{ref!r} is not a branch, tag or commit of {self.path}") from None
+        return Commit(c.hexsha, c.message, c.summary, [p.hexsha for p in c.parents], c.tree.hexsha)
+
+    def log(self, ref: str = "main", max_count: int = 50, first_parent: bool = False) -> list[Commit]:
+        """The commits reachable from ``ref``, newest first (``first_parent``: main's own line, not the branches
+        merged into it)."""
+        return [Commit(c.hexsha, c.message, c.summary, [p.hexsha for p in c.parents], c.tree.hexsha)
+                for c in self.repo.iter_commits(ref, first_parent=first_parent, max_count=max_count)]
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        bases = self.repo.merge_base(a, b)
+        return bases[0].hexsha if bases else None
+
+    def changed_files(self, base: str, ref: str) -> list[str]:
+        """The paths the diff from ``base`` to ``ref`` touches (renames as a deletion and an addition)."""
+        return self.repo.git.diff("--name-only", "--no-renames", base, ref).splitlines()
+
+    def files(self, ref: str) -> list[str]:
+        """Every file path in the tree of ``ref``."""
+        return self.repo.git.ls_tree("-r", "--name-only", ref).split()
+
+    def read(self, ref: str, name: str) -> str | None:
+        """:meth:`show_file`, or None when ``ref`` has no such file."""
+        try:
+            return self.show_file(ref, name)
+        except git.GitCommandError:
+            return None
+
+    def is_branch(self, name: str) -> bool:
+        return name in {h.name for h in self.repo.heads}
 
     def branches(self, prefix: str = "candidates/") -> list[str]:
         return sorted(h.name for h in self.repo.heads if h.name.startswith(prefix))

@@ -67,23 +67,22 @@ def _target(repo: HarnessRepo, sha: str, trailers: dict[str, str], variable: str
 
 def candidate_for(repo: HarnessRepo, ref: str, domain: str) -> Candidate:
     """The Candidate a commit stands for, from its trailers, with defaults for a hand-written one."""
-    commit = repo.repo.commit(ref)
+    commit = repo.commit(ref)
     trailers = parse_trailers(commit.message) if "\n\n" in commit.message.strip() else {}
     main = repo.sha("main")
-    bases = repo.repo.merge_base(main, commit.hexsha)
     variable = trailers.get("Variable", "").strip()
-    metric, direction = _target(repo, commit.hexsha, trailers, variable, domain)
-    branch = ref if ref in {h.name for h in repo.repo.heads} else f"ref/{commit.hexsha[:12]}"
+    metric, direction = _target(repo, commit.sha, trailers, variable, domain)
+    branch = ref if repo.is_branch(ref) else f"ref/{commit.sha[:12]}"
     intervention = re.search(r"Intervention (\S+) from", commit.message)
-    base = bases[0].hexsha if bases else main
+    base = repo.merge_base(main, commit.sha) or main
     return Candidate(
-        branch=branch, base_sha=base, sha=commit.hexsha,
+        branch=branch, base_sha=base, sha=commit.sha,
         diagnosis_id=(trailers.get("Diagnosis", "").split() or ["manual"])[0],
         intervention=intervention.group(1) if intervention else "manual",
         hypothesis=trailers.get("Hypothesis") or commit.summary or "(none given)", variable=variable,
         target_metric=metric, direction=direction, expected=trailers.get("Expected") or f"{metric} {direction}",
-        rollback=trailers.get("Rollback") or f"revert {commit.hexsha[:12]}",
-        files=sorted(repo.repo.git.diff("--name-only", base, commit.hexsha).split()),
+        rollback=trailers.get("Rollback") or f"revert {commit.sha[:12]}",
+        files=sorted(repo.changed_files(base, commit.sha)),
     )
 
 
@@ -95,8 +94,8 @@ def _retained(rd: RunDir, keep: int) -> list[int]:
 def _resolve(repo: HarnessRepo, ref: str, where) -> str:
     """The commit ``ref`` names (a tag or ``REF^{tree}`` that is no commit counts as none)."""
     try:
-        return repo.repo.commit(repo.sha(ref)).hexsha
-    except (git.BadName, ValueError, git.GitCommandError):
+        return repo.commit(ref).sha
+    except ValueError:
         raise CannotJudge(f"{ref!r} is not a branch, tag or commit of {where}") from None
 
 
@@ -117,7 +116,7 @@ def backtest_ref(run_dir, ref: str) -> Outcome:
                               f"broken)") from None
         sha = _resolve(repo, ref, rd.harness)
         main = _resolve(repo, "main", rd.harness)
-        if repo.repo.commit(sha).tree.hexsha == repo.repo.commit(main).tree.hexsha:
+        if repo.commit(sha).tree == repo.commit(main).tree:
             raise CannotJudge(f"{ref} has the same files as main: nothing to judge")
         phases = _retained(rd, cfg.backtest.retained_phases)
         if not phases:

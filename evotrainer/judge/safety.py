@@ -121,8 +121,7 @@ def _tree(repo: HarnessRepo, candidate: Candidate) -> Check:
 
 
 def _variable(repo: HarnessRepo, main_sha: str, candidate: Candidate) -> Check:
-    base = repo.repo.merge_base(main_sha, candidate.sha)
-    names = variables.changed(repo.repo, base[0].hexsha if base else main_sha, candidate.sha)
+    names = variables.changed(repo, repo.merge_base(main_sha, candidate.sha) or main_sha, candidate.sha)
     declared = candidate.variable.strip()
     if not names:
         return Check(name="variable", passed=False, detail="the edit changes nothing")

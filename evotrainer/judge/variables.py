@@ -21,11 +21,12 @@ and its private helpers (names starting with ``_``); ``rewards.NAME`` also ``rew
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
-import git
 import yaml
 
 from evotrainer.harness.files import load_yaml
+from evotrainer.harness.repo import HarnessRepo
 
 
 def _yaml_names(before: str | None, after: str | None) -> set[str]:
@@ -89,17 +90,11 @@ def file_names(path: str, before: str | None, after: str | None) -> set[str]:
     return {path}
 
 
-def changed(repo: git.Repo, base: str, ref: str) -> set[str]:
+def changed(repo: HarnessRepo, base: str, ref: str) -> set[str]:
     """Every variable the diff from ``base`` to ``ref`` changes."""
     out: set[str] = set()
-    for path in repo.git.diff("--name-only", "--no-renames", base, ref).splitlines():
-        texts = []
-        for rev in (base, ref):
-            try:
-                texts.append(repo.git.show(f"{rev}:{path}"))
-            except git.GitCommandError:
-                texts.append(None)
-        out |= file_names(path, *texts)
+    for path in repo.changed_files(base, ref):
+        out |= file_names(path, repo.read(base, path), repo.read(ref, path))
     return out
 
 
@@ -144,7 +139,7 @@ def infer(names: set[str]) -> str:
 if __name__ == "__main__":
     import sys
 
-    found = changed(git.Repo(sys.argv[1]), sys.argv[2], sys.argv[3])
+    found = changed(HarnessRepo(Path(sys.argv[1])), sys.argv[2], sys.argv[3])
     print("changes:", ", ".join(sorted(found)) or "nothing")
     if len(sys.argv) > 4:
         print("not covered by", sys.argv[4] + ":", ", ".join(uncovered(sys.argv[4], found)) or "none")

@@ -68,11 +68,11 @@ NOTES = "keep_discard"  # git notes ref holding each keep/discard candidate as c
 def _merged_before(rt: Runtime, phase: int) -> Promotion | None:
     """This phase's edit when it is already merged on main (a kill between the merge and the step's saved state):
     rebuilt from its merge's trailers and its candidate's note, so a re-run never merges a second edit."""
-    for commit in rt.repo.repo.iter_commits("main", first_parent=True, max_count=20):
+    for commit in rt.repo.log("main", max_count=20, first_parent=True):
         trailers = parse_trailers(commit.message)
         ours = trailers.get("Mode") == "keep/discard" and trailers.get("Phase") == str(phase)
         if ours and len(commit.parents) == 2:
-            note = rt.repo.note(commit.parents[1].hexsha, ref=NOTES)
+            note = rt.repo.note(commit.parents[1], ref=NOTES)
             if note:
                 cand = Candidate.model_validate(note)
                 return Promotion(phase=phase, branch=cand.branch, sha=cand.sha, main_sha=commit.hexsha,

@@ -143,8 +143,8 @@ def _candidate(repo: HarnessRepo, sha: str) -> dict:
     key = (str(repo.path), sha)
     if key not in _candidate_cache:
         note = repo.note(sha, "backtest")
-        commit = repo.repo.commit(sha)
-        base = commit.parents[0].hexsha if commit.parents else None
+        parents = repo.commit(sha).parents
+        base = parents[0] if parents else None
         found = {"base_sha": base, "diff": repo.diff(base, sha) if base else "", "note": note or {}}
         if note is None:
             return found
