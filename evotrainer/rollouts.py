@@ -49,11 +49,6 @@ def harness_view(row: dict, task: dict, *, decided: bool = False) -> dict:
     return view
 
 
-def trained(row: dict) -> bool:
-    """Whether a logged rollout trained: kept by the filters and not masked out as truncated."""
-    return bool(row["kept"]) and not (row.get("extra") or {}).get("masked_truncated", False)
-
-
 def write_rollouts(rollouts: Iterable[Rollout], path: Path) -> None:
     rows = []
     for r in rollouts:

@@ -20,11 +20,9 @@ the run with a message that says so, and ``evotrainer run`` resumes once it is b
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -157,11 +155,6 @@ def _detail(resp: httpx.Response) -> str:
     return str(detail) if detail else f"HTTP {resp.status_code} {resp.text[:500]}"
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def _stop_stale(record: Path) -> None:
     import psutil
 
@@ -213,7 +206,6 @@ class LocalService:
                "--parent-pid", str(os.getpid()), "--port-file", str(port_file)]
         with open(self.run_dir / "trainer.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         preexec_fn=_die_with_parent,
                                          env={**service_env({**os.environ, **(self.env or {})}),
                                               TOKEN_ENV: self.token, "PYTHONSAFEPATH": "1"})
         deadline = time.time() + self.start_timeout_s

@@ -1,8 +1,11 @@
 """Die with a parent: a daemon thread that exits this process when a given process is gone (or a zombie).
 
 The trainer service watches the ``evotrainer run`` that started it (``--parent-pid``), and every rank launched for
-a phase watches the service, so a killed run never leaves a trainer or a rank behind. Kept apart from the service
-so a rank does not import the web stack to use it. Alone: ``python -c "from evotrainer.trainer.parent import
+a phase watches the service, so a killed run never leaves a trainer or a rank behind. It is the framework's one
+die-with-parent mechanism (the service is started with ``--parent-pid``, nothing else); the sandbox's own children
+die by the kernel's PR_SET_PDEATHSIG in ``sandbox/processes.py`` instead, because they run untrusted code that could
+stop a watcher thread and the sandbox package imports nothing of ``evotrainer``. Kept apart from the service so a
+rank does not import the web stack to use it. Alone: ``python -c "from evotrainer.trainer.parent import
 die_with; die_with(PID)"`` in a long-lived process exits it within half a second of PID's end.
 """
 
