@@ -5,7 +5,7 @@
     evotrainer run RUN_DIR [--phases N]         start, resume after a kill, or extend a finished run
     evotrainer status RUN_DIR [--json]          state, phase reached, held-out accuracy per phase
     evotrainer approve RUN_DIR [--revise TEXT | --abort]   answer a run paused at the gate before promotion
-    evotrainer log RUN_DIR [--json]             harness history: promoted and rejected candidates
+    evotrainer log RUN_DIR [--json]             harness history, one line per candidate (promoted or not)
     evotrainer show RUN_DIR REF                 one commit's diff and backtest report
     evotrainer backtest RUN_DIR REF [--json]    judge any branch or commit against main (exit 0/1/2)
     evotrainer report RUN_DIR [--out FILE]      the run as one self-contained HTML page (RUN_DIR/report.html)
@@ -42,7 +42,9 @@ console = Console()
 
 
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
+    from rich.markup import escape
+
+    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)  # never wrapped
     raise typer.Exit(2)
 
 
@@ -179,33 +181,57 @@ def status(run_dir: Path, json_: bool = typer.Option(False, "--json", help="mach
         _print_status(rd)
 
 
+LOG_WIDTH = 100  # `evotrainer log` prints one line per candidate, never wider, whatever the terminal
+
+
 @app.command()
 def log(run_dir: Path, json_: bool = typer.Option(False, "--json", help="machine-readable")):
-    """The harness history: every candidate, its diagnosis, hypothesis, verdict and realized effect."""
-    from evotrainer.report.history import dumps, harness_log
+    """The harness history, one line per candidate: branch, variable, verdict, the reason that decided, realized
+    effect (`evotrainer show RUN_DIR BRANCH` prints a candidate's whole record; --json every field)."""
+    from evotrainer.report.history import dumps, harness_log, log_rows
 
     try:
-        entries = harness_log(RunDir(run_dir))
+        if json_:
+            print(dumps(harness_log(RunDir(run_dir))))
+            return
+        rows = log_rows(RunDir(run_dir))
     except (ConfigError, RunDirError) as err:
         _fail(str(err))
-    if json_:
-        print(dumps(entries))
-        return
-    if not entries:
+    if not rows:
         console.print("no candidates yet")
         return
-    t = Table(expand=True, show_lines=True)
-    for col in ("branch", "state", "diagnosis / hypothesis", "verdict", "realized effect"):
-        t.add_column(col, overflow="fold")
-    for e in entries:
-        t.add_row(f"{e['branch']}\n{e['sha'][:8]}", e["state"], f"{e['diagnosis']}\n[dim]{e['hypothesis']}[/dim]",
-                  f"{e['verdict']}: " + "; ".join(e["reasons"]), e["realized_effect"] or "-")
-    console.print(t)
+    for line in _log_lines(rows):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    console.print("(a candidate's whole record: evotrainer show RUN_DIR BRANCH)", highlight=False, markup=False)
+
+
+def _log_lines(rows: list[dict], width: int = LOG_WIDTH) -> list[str]:
+    """A header and one line per row, each at most ``width`` characters: fields cut with an ellipsis, never wrapped.
+    The reason that decided gets what the other columns leave."""
+    cols = [("branch", "branch", 32), ("variable", "variable", 16), ("verdict", "verdict", 7),
+            ("decided", "decided by", width), ("effect", "realized effect", 20)]
+    widths = {key: min(cap, max(len(title), *(len(" ".join((r[key] or "-").split())) for r in rows)))
+              for key, title, cap in cols}
+    others = sum(w for key, w in widths.items() if key != "decided") + 2 * (len(cols) - 1)
+    widths["decided"] = min(widths["decided"], width - others)
+    lines = []
+    for values in [{key: title for key, title, _ in cols}, *rows]:
+        cells = [_cut(values[key] or "-", widths[key]) for key, _, _ in cols]
+        lines.append("  ".join(cell.ljust(widths[key]) for cell, (key, _, _) in zip(cells, cols)).rstrip())
+    return lines
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` on one line, cut to ``width`` characters with an ellipsis."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 @app.command()
 def show(run_dir: Path, ref: str):
-    """One commit (candidate branch, tag, sha): its message, diff and backtest report."""
+    """One commit (candidate branch, tag, sha): its message, diff and backtest report (every check, every reason)."""
+    from rich.markup import escape
+
     from evotrainer.report.history import show as show_ref
 
     try:
@@ -224,10 +250,14 @@ def show(run_dir: Path, ref: str):
             t.add_column(col, overflow="fold")
         for c in b["checks"]:
             t.add_row(c["name"], _num(c["base"]), _num(c["candidate"]), _num(c["threshold"]),
-                      "yes" if c["passed"] else "[red]no[/red]", c["detail"])
+                      "yes" if c["passed"] else "[red]no[/red]", escape(c["detail"]))
         console.print(t)
+        console.print("[bold]reasons[/bold]:")
+        for reason in b["reasons"]:  # whole, one line each (the terminal wraps them, not rich)
+            console.print(f"  {escape(reason)}", highlight=False, soft_wrap=True)
     if data["effect"]:
-        console.print(f"[bold]realized effect[/bold]: {data['effect']['summary']}", highlight=False)
+        console.print(f"[bold]realized effect[/bold]: {escape(data['effect']['summary'])}", highlight=False,
+                      soft_wrap=True)
     if not data["backtest"] and not data["effect"]:
         console.print("no backtest report: this commit is neither a candidate nor a promotion")
 

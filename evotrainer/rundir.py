@@ -130,25 +130,30 @@ class RunDir:
             raise RunDirError(f"{self.root}: already exists and is not empty (choose a new directory)")
         cfg = cfg.model_copy(deep=True)
         cfg.policy.model = resolve_model(cfg.policy.model)  # a local folder is kept as an absolute path
+        cfg.harness = _seed_harness(cfg)  # checked before anything is written; a folder kept as an absolute path
         self.root.parent.mkdir(parents=True, exist_ok=True)
         for stale in self.root.parent.glob(f".{self.root.name}.init-*"):  # left by a killed init
             shutil.rmtree(stale, ignore_errors=True)
         stage = RunDir(self.root.parent / f".{self.root.name}.init-{os.getpid()}")
-        for d in (stage.rollouts, stage.checkpoints, stage.evaluator, stage.scratch):
-            d.mkdir(parents=True, exist_ok=True)
-        stage.save_config(cfg)
-        domain = get_domain(cfg.domain)
-        log(f"generating {cfg.domain} tasks (training pool {cfg.training.train_pool_size}, "
-            f"held-out {cfg.training.eval_size})")
-        train, held_out = domain.generate(cfg.seed, cfg.training.train_pool_size, cfg.training.eval_size)
-        train, held_out = apply_mix(train, cfg.tasks.mix), apply_mix(held_out, cfg.tasks.mix)
-        write_jsonl(stage.train_tasks_path, train)
-        write_jsonl(stage.eval_split, held_out)
-        (stage.evaluator / "verifier.json").write_text(json.dumps(
-            {"domain": cfg.domain, "prompt": "canonical", "max_new_tokens": cfg.training.eval_max_new_tokens,
-             "decoding": f"sampled pass@1, k={cfg.training.eval_samples}" if cfg.training.eval_samples else "greedy",
-             "n": len(held_out)}, indent=1))
-        HarnessRepo.create(stage.harness, cfg.domain, cfg.harness)
+        try:
+            for d in (stage.rollouts, stage.checkpoints, stage.evaluator, stage.scratch):
+                d.mkdir(parents=True, exist_ok=True)
+            stage.save_config(cfg)
+            domain = get_domain(cfg.domain)
+            log(f"generating {cfg.domain} tasks (training pool {cfg.training.train_pool_size}, "
+                f"held-out {cfg.training.eval_size})")
+            train, held_out = domain.generate(cfg.seed, cfg.training.train_pool_size, cfg.training.eval_size)
+            train, held_out = apply_mix(train, cfg.tasks.mix), apply_mix(held_out, cfg.tasks.mix)
+            write_jsonl(stage.train_tasks_path, train)
+            write_jsonl(stage.eval_split, held_out)
+            (stage.evaluator / "verifier.json").write_text(json.dumps(
+                {"domain": cfg.domain, "prompt": "canonical", "max_new_tokens": cfg.training.eval_max_new_tokens,
+                 "decoding": f"sampled pass@1, k={cfg.training.eval_samples}" if cfg.training.eval_samples else
+                 "greedy", "n": len(held_out)}, indent=1))
+            HarnessRepo.create(stage.harness, cfg.domain, cfg.harness)
+        except BaseException:  # a failed init leaves nothing behind (a killed one is swept by the next init)
+            shutil.rmtree(stage.root, ignore_errors=True)
+            raise
         os.rename(stage.root, self.root)  # also over an empty folder the user made
         self.events.emit("init", run=cfg.name, domain=cfg.domain, train_tasks=len(train), eval_tasks=len(held_out))
         self.set_status("initialized", phase=0)
@@ -207,6 +212,18 @@ class RunDir:
             data["state"] = "paused"
             data["detail"] = "the run process is gone (killed?); `evotrainer run` resumes where it stopped"
         return data
+
+
+def _seed_harness(cfg: Config) -> str | None:
+    """``cfg.harness`` checked: a folder as its absolute path, a name of harness_repo/ as it is; ConfigError in one
+    line when it names neither (no such folder, or a folder without harness.yaml)."""
+    from evotrainer.harness.repo import seed_dir
+
+    try:
+        path = seed_dir(cfg.domain, cfg.harness)
+    except FileNotFoundError as err:
+        raise ConfigError(f"harness: {err}") from None
+    return str(path) if cfg.harness and Path(cfg.harness).expanduser().is_dir() else cfg.harness
 
 
 def _started(pid: int) -> float | None:

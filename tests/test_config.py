@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from evotrainer import config as C
-from tests.conftest import cli
+from evotrainer.rundir import RunDir
+from tests.conftest import SEED, cli
 
 
 def test_defaults_are_the_embedded_demo():
@@ -111,6 +113,25 @@ def test_cli_reports_one_readable_line_and_creates_nothing(tmp_path: Path, cli_e
     proc = cli(["run", str(tmp_path / "nowhere")], cli_env, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr
     assert "nowhere" in proc.stdout
+
+
+def test_a_seed_harness_that_is_no_harness_is_one_line_at_init_and_leaves_nothing(tmp_path: Path, cli_env):
+    """harness= names a folder that does not exist, or one without harness.yaml: one line however narrow the
+    terminal, exit 2, no run directory and no staging folder (it was a 56-line traceback)."""
+    run_dir = tmp_path / "run"
+    (tmp_path / "empty").mkdir()
+    env = {**cli_env, "COLUMNS": "60"}
+    for seed, said in [(tmp_path / "no" / "such", f"error: harness: no seed harness '{tmp_path / 'no' / 'such'}'"),
+                       (tmp_path / "empty", f"error: harness: {tmp_path / 'empty'}: no harness.yaml")]:
+        proc = cli(["init", str(run_dir), "--set", f"harness={seed}"], env, check=False)
+        lines = (proc.stdout + proc.stderr).strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(said), proc.stdout + proc.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]  # no run_dir, no .run.init-*
+    # a harness folder is accepted and kept in config.yaml as an absolute path (it is read from there at init only)
+    shutil.copytree(SEED, tmp_path / "mine")
+    cli(["init", str(run_dir), "--set", f"harness={tmp_path / 'mine'}", "--set", "training.train_pool_size=400",
+         "--set", "training.eval_size=40"], cli_env)
+    assert RunDir(run_dir).load_config().harness == str((tmp_path / "mine").resolve())
 
 
 def test_a_killed_init_leaves_nothing_half_made(tmp_path: Path, cli_env):

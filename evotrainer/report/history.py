@@ -58,10 +58,10 @@ def _phase_k(branch: str) -> tuple[int, int]:
     return (int(m.group(1)), 10**6 if m.group(2) == "kd" else int(m.group(2))) if m else (0, 0)
 
 
-def harness_log(rd: RunDir) -> list[dict]:
-    """One entry per candidate: what it changed, why, how it was judged, and what it did afterwards."""
+def _candidates(rd: RunDir) -> list[tuple[dict, dict | None, dict | None]]:
+    """Each candidate in phase order: its log entry, its backtest note and its effect note (None when absent)."""
     repo = HarnessRepo(rd.harness)
-    entries = []
+    out = []
     for branch in sorted(repo.branches(), key=_phase_k):
         sha = repo.sha(branch)
         message = repo.message(sha)
@@ -72,15 +72,64 @@ def harness_log(rd: RunDir) -> list[dict]:
         verdict = report["verdict"] if report else "pending"
         state = "promoted" if merged else ("rejected" if verdict == "reject" else
                                            "passed, not promoted" if verdict == "promote" else "pending")
-        entries.append({
+        out.append(({
             "phase": _phase_k(branch)[0], "branch": branch, "sha": sha, "state": state,
             "subject": message.splitlines()[0], "diagnosis": trailers.get("Diagnosis", ""),
             "hypothesis": trailers.get("Hypothesis", ""), "variable": trailers.get("Variable", ""),
             "expected": trailers.get("Expected", ""), "verdict": verdict,
             "reasons": report["reasons"] if report else [],
             "realized_effect": effect.get("summary") if effect else None,
-        })
-    return entries
+        }, report, effect))
+    return out
+
+
+def harness_log(rd: RunDir) -> list[dict]:
+    """One entry per candidate: what it changed, why, how it was judged, and what it did afterwards (the keys of
+    ``evotrainer log --json``, listed in the README)."""
+    return [entry for entry, _, _ in _candidates(rd)]
+
+
+def log_rows(rd: RunDir) -> list[dict]:
+    """``evotrainer log``'s view: per candidate its branch, variable, verdict, the one reason that decided and the
+    realized effect, each short (``evotrainer show`` prints the whole record)."""
+    return [{"branch": e["branch"], "variable": e["variable"], "verdict": e["verdict"],
+             "decided": decided(e["state"], report), "effect": effect_brief(effect)}
+            for e, report, effect in _candidates(rd)]
+
+
+def decided(state: str, report: dict | None) -> str:
+    """The one reason that decided a candidate: for a rejection its first failed check (the report's first reason:
+    reasons are the failed checks in order); for a pass, "promoted" (or "not promoted") and the A/B trial's gain in
+    probe accuracy when one ran ("promoted, trial +3.1%"), else the report's summary."""
+    if not report:
+        return "not judged yet"
+    reasons = report.get("reasons") or []
+    if report.get("verdict") == "reject":
+        return reasons[0] if reasons else "rejected"
+    from evotrainer.judge.checks import TRIAL  # here: the judge's imports cost a second, and only a pass needs it
+
+    head = "promoted" if state == "promoted" else "not promoted"
+    trial = next((c for c in report.get("checks", []) if c.get("name") == TRIAL), None)
+    gain = re.match(r"gain ([+-]?\d+(?:\.\d+)?)", (trial or {}).get("detail") or "")
+    if gain:
+        return f"{head}, trial {float(gain.group(1)):+.1%}"
+    return f"{head}: {reasons[0]}" if reasons else head
+
+
+def effect_brief(effect: dict | None) -> str:
+    """A realized effect (the ``effect`` note) in a few words: the held-out accuracy gain with the edit over without
+    it (the counterfactual, paired) and win, loss or within noise; without a counterfactual, the accuracy from the
+    phase before to the phase after, and "win" when it was one."""
+    if not effect:
+        return "-"
+    try:
+        if effect.get("counterfactual"):
+            won = "win" if effect["won"] else "loss" if effect["lost"] else "within noise"
+            return f"{effect['gain']:+.1%}, {won}"
+        return (f"{effect['accuracy_before']:.1%} -> {effect['accuracy_after']:.1%}"
+                + (", win" if effect["won"] else ""))
+    except (KeyError, TypeError, ValueError):  # a note of another shape: its summary
+        return effect.get("summary") or "-"
 
 
 def resolve(repo: HarnessRepo, ref: str) -> str:
@@ -112,4 +161,4 @@ def dumps(obj) -> str:
     return json.dumps(obj, indent=1, default=str)
 
 
-__all__ = ["status", "harness_log", "show", "phase_results", "dumps", "Path"]
+__all__ = ["status", "harness_log", "log_rows", "decided", "effect_brief", "show", "phase_results", "dumps", "Path"]
