@@ -132,3 +132,11 @@ def test_the_deciding_reason_and_the_effect_in_a_few_words_for_every_note_shape(
     assert effect_brief({"counterfactual": False, "accuracy_before": 0.425, "accuracy_after": 0.40,
                          "won": False}) == "42.5% -> 40.0%"
     assert effect_brief({"summary": "an older note"}) == "an older note"
+
+
+def test_log_and_show_of_no_run_directory_are_one_line(tmp_path, cli_env: dict):
+    for args in (["log", str(tmp_path)], ["log", str(tmp_path), "--json"], ["show", str(tmp_path), "phase-1-1"]):
+        proc = cli(args, cli_env, check=False)
+        lines = (proc.stdout + proc.stderr).strip().splitlines()
+        assert proc.returncode == 2 and lines == [f"error: {tmp_path}: not a run directory (run `evotrainer init "
+                                                  f"{tmp_path}` first)"], proc.stdout + proc.stderr

@@ -60,6 +60,7 @@ def _phase_k(branch: str) -> tuple[int, int]:
 
 def _candidates(rd: RunDir) -> list[tuple[dict, dict | None, dict | None]]:
     """Each candidate in phase order: its log entry, its backtest note and its effect note (None when absent)."""
+    rd.load_config()  # RunDirError, one line, when it is no run directory
     repo = HarnessRepo(rd.harness)
     out = []
     for branch in sorted(repo.branches(), key=_phase_k):
@@ -143,6 +144,7 @@ def resolve(repo: HarnessRepo, ref: str) -> str:
 
 def show(rd: RunDir, ref: str) -> dict:
     """A commit's message, its diff, and the backtest report (of the candidate, for a promotion merge)."""
+    rd.load_config()  # RunDirError, one line, when it is no run directory
     repo = HarnessRepo(rd.harness)
     sha = resolve(repo, ref)
     commit = repo.repo.commit(sha)
