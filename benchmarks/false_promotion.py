@@ -76,8 +76,7 @@ def main() -> None:
     def arm(sha: str, phase: int, offset: int) -> list:
         return [run_pilot(PhaseRequest(run_dir=str(rd.root), phase=phase, harness_sha=sha, pilot=True,
                                        replicate=offset + r, init_checkpoint=base, steps=a.steps,
-                                       prompts_per_step=training.prompts_per_step, probe_size=a.probe,
-                                       eval_max_new_tokens=training.eval_max_new_tokens, sandbox=SandboxConfig())).probe
+                                       training=training, probe_size=a.probe, sandbox=SandboxConfig())).probe
                 for r in range(a.seeds)]
 
     promoted = 0

@@ -160,9 +160,9 @@ def plain_arm(req, rd, device: str, scratch: Path) -> dict:
     domain = get_domain(req.domain)
     with HarnessRepo(rd.harness).worktree(req.harness_sha) as harness_dir:
         knobs = read_knobs(harness_dir)
-    model, tokenizer, peft_config = load_policy(req.init_checkpoint, device, req.dtype, req.lora, req.lora_rank)
-    chat = uses_chat(tokenizer, req.chat)
-    tasks = sample_tasks(rd.train_tasks(), knobs.curriculum_weights, req.steps * req.prompts_per_step,
+    model, tokenizer, peft_config = load_policy(req.init_checkpoint, device, req.policy.dtype, req.policy.lora, req.policy.lora_rank)
+    chat = uses_chat(tokenizer, req.policy.chat)
+    tasks = sample_tasks(rd.train_tasks(), knobs.curriculum_weights, req.steps * req.training.prompts_per_step,
                          random.Random(req.seed * 7919 + req.phase))
     prompt = domain.instruction if chat else domain.canonical_prompt
     dataset = Dataset.from_list([{"prompt": policy_prompt(prompt(t), chat), "task_json": _json.dumps(t)}
@@ -184,7 +184,7 @@ def plain_arm(req, rd, device: str, scratch: Path) -> dict:
                           args=GRPOConfig(**grpo_config(req, knobs, device, scratch)), peft_config=peft_config,
                           callbacks=[Collect()])
     trainer.train()
-    batch = req.prompts_per_step * knobs.group_size
+    batch = req.training.prompts_per_step * knobs.group_size
     tokens = sum(collected.get("completions/mean_length", [])) * batch
     out = summarize(collected["step_time"], tokens, peak_memory(device), collected["reward"])
     del trainer, model

@@ -13,7 +13,7 @@ import pytest
 
 from agents.playbook import find
 from evotrainer import config as C
-from evotrainer.config import BacktestConfig, SandboxConfig
+from evotrainer.config import BacktestConfig, SandboxConfig, TrainingConfig
 from evotrainer.contracts import Candidate
 from evotrainer.harness.knobs import read_knobs
 from evotrainer.harness.repo import HarnessRepo
@@ -67,7 +67,8 @@ def _pilots(rd: RunDir, sha: str) -> list:
 
     return [run_pilot(PhaseRequest(run_dir=str(rd.root), phase=1, harness_sha=sha, pilot=True, replicate=r,
                                    init_checkpoint=str(rd.root / "policy" / "base"), steps=SETTINGS.trial_steps,
-                                   prompts_per_step=4, probe_size=SETTINGS.probe_size, eval_max_new_tokens=8,
+                                   training=TrainingConfig(prompts_per_step=4, eval_max_new_tokens=8),
+                                   probe_size=SETTINGS.probe_size,
                                    sandbox=SandboxConfig(backend="process")))
             for r in range(SETTINGS.trial_seeds)]
 

@@ -85,13 +85,13 @@ def _harness(repo: HarnessRepo, name: str, changes: dict) -> str:
 
 
 def _weights_after(rd: RunDir, sha: str, tag: str, **request) -> dict[str, torch.Tensor]:
-    from evotrainer.config import SandboxConfig
+    from evotrainer.config import SandboxConfig, TrainingConfig
     from evotrainer.trainer.grpo import _train
     from evotrainer.trainer.wire import PhaseRequest
 
     request = {"init_checkpoint": str(rd.root / "policy" / "base"), **request}
-    req = PhaseRequest(run_dir=str(rd.root), phase=1, harness_sha=sha, steps=2, prompts_per_step=4, seed=0,
-                       sandbox=SandboxConfig(backend="process"), step_offset=50, run_steps=100, **request)
+    req = PhaseRequest(run_dir=str(rd.root), phase=1, harness_sha=sha, steps=2, training=TrainingConfig(prompts_per_step=4),
+                       seed=0, sandbox=SandboxConfig(backend="process"), step_offset=50, run_steps=100, **request)
     out = _train(req, lambda _: None, rd.scratch / f"knob-{tag}", task_seed=7)
     return {k: v.detach().clone() for k, v in out.model.state_dict().items()}
 
@@ -164,18 +164,20 @@ def test_a_value_that_could_not_act_is_refused(text, says):
 
 def test_the_optimizer_state_carries_into_the_next_phase(run_dir):
     """Phase 2 from phase 1's checkpoint: with the saved moments the update differs from a fresh optimizer's."""
-    from evotrainer.config import SandboxConfig
+    from evotrainer.config import SandboxConfig, TrainingConfig
     from evotrainer.trainer.grpo import OPTIMIZER_STATE, run_phase
     from evotrainer.trainer.wire import PhaseRequest
 
     repo = HarnessRepo(run_dir.harness)
     dense = _harness(repo, "optimizer", {})  # a length term gives every group reward spread, so gradients flow
-    common = dict(run_dir=str(run_dir.root), harness_sha=dense, steps=2, prompts_per_step=4,
-                  seed=0, eval_max_new_tokens=4, sandbox=SandboxConfig(backend="process"))
-    first = run_phase(PhaseRequest(phase=40, init_checkpoint=str(run_dir.root / "policy" / "base"), **common))
+    training = TrainingConfig(prompts_per_step=4, eval_max_new_tokens=4)
+    common = dict(run_dir=str(run_dir.root), harness_sha=dense, steps=2, seed=0, sandbox=SandboxConfig(backend="process"))
+    first = run_phase(PhaseRequest(phase=40, init_checkpoint=str(run_dir.root / "policy" / "base"), training=training,
+                                   **common))
     assert (run_dir.checkpoint(40) / OPTIMIZER_STATE).is_file()
-    carried = run_phase(PhaseRequest(phase=41, init_checkpoint=first.checkpoint_path, **common))
-    fresh = run_phase(PhaseRequest(phase=42, init_checkpoint=first.checkpoint_path, carry_optimizer=False,
+    carried = run_phase(PhaseRequest(phase=41, init_checkpoint=first.checkpoint_path, training=training, **common))
+    fresh = run_phase(PhaseRequest(phase=42, init_checkpoint=first.checkpoint_path,
+                                   training=training.model_copy(update={"carry_optimizer": False}),
                                    **common).model_copy(update={"phase": 42}))
     from transformers import AutoModelForCausalLM
 
@@ -289,7 +291,7 @@ def test_with_lora_the_kl_reference_is_the_base_unless_the_config_says_each_phas
         return {k: v for k, v in state.items() if "lora_" in k and ".default." in k}
 
     start = adapter(load_policy(str(ckpt), "cpu", "float32", True, 4)[0].state_dict())
-    lora = dict(init_checkpoint=str(ckpt), lora=True, lora_rank=4)
+    lora = dict(init_checkpoint=str(ckpt), policy=C.PolicyConfig(lora=True, lora_rank=4))
     to_start = _weights_after(run_dir, sha, "lora-start", reference_checkpoint=str(ckpt), **lora)
     to_base = _weights_after(run_dir, sha, "lora-base", reference_checkpoint=base, **lora)
     assert any(".ref." in k for k in to_start) and not any(".ref." in k for k in to_base)

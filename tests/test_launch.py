@@ -67,7 +67,8 @@ def test_only_the_allowed_launcher_flags_reach_the_command_line(tmp_path):
     with pytest.raises(C.ConfigError, match=r"trainer.accelerate_args: .*pairs of flag and value"):
         C.apply_overrides(C.parse({}), ["trainer.accelerate_args=[--no_python, x]"])
     req = PhaseRequest(run_dir=str(tmp_path), phase=1, harness_sha="0" * 40, init_checkpoint="x", steps=1,
-                       prompts_per_step=1, processes=2, accelerate_args=["--no_python", "x"], device="cpu")
+                       training=C.TrainingConfig(prompts_per_step=1), policy=C.PolicyConfig(device="cpu"),
+                       trainer=C.TrainerConfig.model_construct(processes=2, accelerate_args=["--no_python", "x"]))
     with pytest.raises(ValueError, match=r"flags among .* \(got \['--no_python', 'x'\]\)"):
         launch.run_launched(req)
     assert not (tmp_path / "tmp").exists()  # refused before any job folder was made
@@ -79,7 +80,7 @@ def test_processes_must_divide_the_generated_batch(monkeypatch, tmp_path):
     from evotrainer.trainer.wire import PhaseRequest
 
     req = PhaseRequest(run_dir=str(tmp_path), phase=1, harness_sha="0" * 40, init_checkpoint="x", steps=2,
-                       prompts_per_step=3)
+                       training=C.TrainingConfig(prompts_per_step=3))
     knobs = read_knobs(SEED)
     assert (knobs.group_size, knobs.oversample) == (8, 1)
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -109,7 +110,8 @@ def test_two_processes_train_one_phase_and_the_harness_judges_the_whole_batch(tm
                                 {"harness.yaml": knobs, "rewards.py": _SCORING_REWARDS, "filters.py": _FILTERS,
                                  "prompt.py": _PROMPT},
                                 "two processes", "test", {})
-    req = _request(rd, 1, sha).model_copy(update={"processes": 2})
+    req = _request(rd, 1, sha)
+    req = req.model_copy(update={"trainer": req.trainer.model_copy(update={"processes": 2})})
     seen: list[dict] = []
     result = launch.run_launched(req, progress=seen.append, poll_s=0.2)
 

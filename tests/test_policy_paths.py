@@ -162,10 +162,10 @@ def test_the_config_reaches_the_trainer_request():
                                       "trainer.vllm_gpu_memory_utilization=0.6", "trainer.processes=2",
                                       "trainer.accelerate_args=[--gpu_ids, '0,1']"])
     req = PhaseRequest.make(cfg, "runs/x", 1, "0" * 40, "ckpt", 5)
-    assert (req.chat, req.generation, req.vllm_gpu_memory_utilization) == ("off", "vllm", 0.6)
-    assert (req.processes, req.accelerate_args) == (2, ["--gpu_ids", "0,1"])
-    assert req.carry_optimizer  # a LoRA adapter's moments carry like full weights'
-    assert EvalRequest.make(cfg, "runs/x", "ckpt").chat == "off"
+    assert (req.policy.chat, req.trainer.generation, req.trainer.vllm_gpu_memory_utilization) == ("off", "vllm", 0.6)
+    assert (req.trainer.processes, req.trainer.accelerate_args) == (2, ["--gpu_ids", "0,1"])
+    assert req.training.carry_optimizer  # a LoRA adapter's moments carry like full weights'
+    assert EvalRequest.make(cfg, "runs/x", "ckpt").policy.chat == "off"
 
 
 def test_a_completion_budget_beyond_the_context_window_is_one_readable_error(tmp_path: Path):

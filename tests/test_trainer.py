@@ -39,12 +39,13 @@ def _weights(path: str) -> dict[str, torch.Tensor]:
 
 
 def _request(rd: RunDir, phase: int, sha: str):
-    from evotrainer.config import SandboxConfig
+    from evotrainer.config import SandboxConfig, TrainingConfig
     from evotrainer.trainer.wire import PhaseRequest
 
     return PhaseRequest(run_dir=str(rd.root), phase=phase, harness_sha=sha,
-                        init_checkpoint=str(rd.root / "policy" / "base"), steps=3, prompts_per_step=4, seed=0,
-                        eval_max_new_tokens=8, sandbox=SandboxConfig(backend="process"))
+                        init_checkpoint=str(rd.root / "policy" / "base"), steps=3, seed=0,
+                        training=TrainingConfig(prompts_per_step=4, eval_max_new_tokens=8),
+                        sandbox=SandboxConfig(backend="process"))
 
 
 # a dense reward (a length term beside correctness): the short-trained test policy rarely answers right, and an
@@ -128,6 +129,7 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
 
     import psutil
 
+    from evotrainer.config import TrainingConfig
     from evotrainer.trainer.client import LocalService, TrainerClient, TrainerError, TrainerLost
     from evotrainer.trainer.wire import EvalRequest
 
@@ -137,6 +139,7 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
                            on_restart=restarts.append)
     client = TrainerClient(service.start(), restart=service.restart, max_restarts=1, token=service.token)
     base = str(run_dir.root / "policy" / "base")
+    ask = EvalRequest(run_dir=str(run_dir.root), checkpoint=base, training=TrainingConfig(eval_max_new_tokens=8))
     try:
         anonymous = TrainerClient(client.url)  # another local user, or another run, without this run's token
         with pytest.raises(TrainerError, match="refused this run: missing or wrong trainer token"):
@@ -149,7 +152,7 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
         assert seen["HF_TOKEN"] == "hf_x" and seen["WANDB_API_KEY"] == "w" and "EVOTRAINER_CACHE" in seen
         os.kill(first_pid, signal.SIGKILL)
         service.proc.wait()
-        result = client.evaluate(EvalRequest(run_dir=str(run_dir.root), checkpoint=base, max_new_tokens=8))
+        result = client.evaluate(ask)
         assert result.n == 40 and sorted(result.by_difficulty) == ["1", "2", "3", "4"]
         assert service.proc.pid != first_pid and len(restarts) == 1
         assert "killed by SIGKILL" in restarts[0] and "trainer.log" in restarts[0]
@@ -159,7 +162,7 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
         os.kill(service.proc.pid, signal.SIGKILL)
         service.proc.wait()
         with pytest.raises(TrainerLost, match="restarted 0 time.* in a row already .*trainer.max_restarts"):
-            client.evaluate(EvalRequest(run_dir=str(run_dir.root), checkpoint=base, max_new_tokens=8))
+            client.evaluate(ask)
     finally:
         client.close()
         service.stop()
@@ -167,7 +170,7 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
 
     remote = TrainerClient("http://127.0.0.1:9")  # nothing listens there, and it is not ours to restart
     with pytest.raises(TrainerLost, match="not started by this run"):
-        remote.evaluate(EvalRequest(run_dir=str(run_dir.root), checkpoint=base, max_new_tokens=8))
+        remote.evaluate(ask)
 
 
 def test_a_local_service_runs_the_run_s_own_code_from_any_directory(run_dir: RunDir, tmp_path, monkeypatch):
@@ -335,12 +338,12 @@ def test_replay_reproduces_what_training_logged(run_dir: RunDir, scale: str):
 
 
 def test_a_counterfactual_meets_the_phase_s_tasks_and_a_later_replicate_others():
-    from evotrainer.config import SandboxConfig
+    from evotrainer.config import SandboxConfig, TrainingConfig
     from evotrainer.trainer.grpo import task_seed
     from evotrainer.trainer.wire import PhaseRequest
 
-    phase = PhaseRequest(run_dir="r", phase=3, harness_sha="a", init_checkpoint="c", steps=5, prompts_per_step=4,
-                         seed=1, sandbox=SandboxConfig(backend="process"))
+    phase = PhaseRequest(run_dir="r", phase=3, harness_sha="a", init_checkpoint="c", steps=5,
+                         training=TrainingConfig(prompts_per_step=4), seed=1, sandbox=SandboxConfig(backend="process"))
     counterfactual = phase.model_copy(update={"pilot": True, "held_out": True})
     trial = phase.model_copy(update={"pilot": True, "probe_size": 40})
     assert task_seed(counterfactual) == task_seed(phase)  # the old main meets what the edit met
@@ -355,11 +358,12 @@ def test_a_rerun_draws_other_tasks_and_seeds_in_every_job_and_only_there():
 
     cfg = C.apply_overrides(C.parse({}), ["seed=1", "training.rerun=1"])
     phase = PhaseRequest.make(cfg, "r", 3, "a", "c", 5)
-    assert phase.rerun == 1 and phase.seed == 1  # the run's seed (policy, pool, held-out split) is unchanged
+    assert phase.training.rerun == 1 and phase.seed == 1  # the run's seed (policy, pool, held-out split) is unchanged
     jobs = [phase, phase.model_copy(update={"pilot": True, "held_out": True}),
             phase.model_copy(update={"pilot": True, "probe_size": 40, "replicate": 1})]
     for rule in (task_seed, sampling_seed):
-        first = {rule(j.model_copy(update={"rerun": 0, "phase": p})) for j in jobs for p in range(1, 50)}
+        first = {rule(j.model_copy(update={"training": j.training.model_copy(update={"rerun": 0}), "phase": p}))
+                 for j in jobs for p in range(1, 50)}
         again = {rule(j.model_copy(update={"phase": p})) for j in jobs for p in range(1, 50)}
         assert not first & again, rule.__name__  # no job of the rerun repeats any job of the first run
         assert 0 <= rule(jobs[2]) < 2 ** 32  # numpy's seed range

@@ -214,7 +214,7 @@ class HarnessRepo:
 
     def export(self, ref: str, dest: Path) -> Path:
         """Write the files of ``ref`` into ``dest`` (no git metadata): what the sandbox and trainer load. Only
-        regular files within the size limits are written (``harness_files``: links and oversize files are left
+        regular files within the size limits are written (``harness/files.py``: links and oversize files are left
         out, and the backtest's ``harness_tree`` check rejects a candidate that has them)."""
         export_tree(self.repo, ref, Path(dest))
         return Path(dest)

@@ -3,7 +3,7 @@
 The backtest (``evotrainer/judge/checks.py`` ``judge``) adds these to its checks, one call, right after the
 candidate's own self-tests. Each is an ``evotrainer.contracts.Check``; any failed one rejects the candidate:
 
-    harness_tree          regular files only, none oversize (``harness_files.py``)
+    harness_tree          regular files only, none oversize (``harness/files.py``)
     variable              the diff changes the one variable the candidate declares, nothing else (``variables.py``)
     prompts               the candidate's prompt.py on the retained tasks: a non-empty string within the budget
     prompt_leak           a task's answer does not appear in its prompt where main's prompt lacks it (beyond the

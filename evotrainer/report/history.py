@@ -86,7 +86,7 @@ def _candidates(rd: RunDir) -> list[tuple[dict, dict | None, dict | None]]:
 
 def harness_log(rd: RunDir) -> list[dict]:
     """One entry per candidate: what it changed, why, how it was judged, and what it did afterwards (the keys of
-    ``evotrainer log --json``, listed in the README)."""
+    ``evotrainer log --json``, listed in docs/reference.md)."""
     return [entry for entry, _, _ in _candidates(rd)]
 
 

@@ -44,17 +44,17 @@ def trl_args(req: PhaseRequest) -> dict[str, Any]:
 
     Raises ValueError naming ``training.report_to`` when a dashboard's package is not installed.
     """
-    if req.pilot or not req.report_to:
+    if req.pilot or not req.training.report_to:
         return {"report_to": "none"}
-    missing = [d for d in req.report_to if importlib.util.find_spec(PACKAGES[d]) is None]
+    missing = [d for d in req.training.report_to if importlib.util.find_spec(PACKAGES[d]) is None]
     if missing:
         raise ValueError(f"training.report_to: {', '.join(missing)} is not installed in the trainer's environment "
                          f"(pip install {' '.join(PACKAGES[d] for d in missing)}, or remove it from report_to)")
     name = run_name(req)
-    if "tensorboard" in req.report_to:
+    if "tensorboard" in req.training.report_to:
         os.environ["TENSORBOARD_LOGGING_DIR"] = str(tensorboard_dir(req.run_dir, req.phase))
-    args: dict[str, Any] = {"report_to": list(req.report_to), "run_name": name, "project": req.run_name or "evotrainer"}
-    if "trackio" in req.report_to:
+    args: dict[str, Any] = {"report_to": list(req.training.report_to), "run_name": name, "project": req.run_name or "evotrainer"}
+    if "trackio" in req.training.report_to:
         args["trackio_static_space_id"] = False  # no Space: a run's metrics stay on this machine
     return args
 
@@ -76,7 +76,7 @@ def phase_runs(req: PhaseRequest):
     even when training fails (the trainer service would otherwise log the next phase into it). Trackio's callback
     opens and finishes its own run."""
     wandb = None
-    if "wandb" in req.report_to and not req.pilot:
+    if "wandb" in req.training.report_to and not req.pilot:
         import wandb
 
         wandb.init(**wandb_init_args(req))

@@ -102,10 +102,10 @@ def grpo_config(req: PhaseRequest, knobs: Knobs, device: str, output_dir: Path) 
     baseline trains with exactly the phase's configuration. With several processes (``launch.py``) each generated
     batch is split among them: every process generates and trains its share.
     """
-    batch = req.prompts_per_step * knobs.oversample * knobs.group_size
+    batch = req.training.prompts_per_step * knobs.oversample * knobs.group_size
     if batch % world():
         raise ValueError(f"trainer.processes ({world()}) must divide the generated batch: prompts_per_step x "
-                         f"oversample x group_size = {req.prompts_per_step} x {knobs.oversample} x "
+                         f"oversample x group_size = {req.training.prompts_per_step} x {knobs.oversample} x "
                          f"{knobs.group_size} = {batch}")
     return dict(
         output_dir=str(output_dir),
@@ -131,9 +131,9 @@ def grpo_config(req: PhaseRequest, knobs: Knobs, device: str, output_dir: Path) 
         logging_steps=1,
         save_strategy="no",
         **trl_args(req),  # dashboards (training.report_to): report_to, run_name, project
-        **grpo_args(req.generation, req.vllm_gpu_memory_utilization, device),  # hf or vLLM (colocate)
+        **grpo_args(req.trainer.generation, req.trainer.vllm_gpu_memory_utilization, device),  # hf or vLLM (colocate)
         seed=sampling_seed(req),
-        bf16=device == "cuda" and req.dtype != "float32",
+        bf16=device == "cuda" and req.policy.dtype != "float32",
         use_cpu=device == "cpu",
         disable_tqdm=True,
         log_completions=False,
@@ -173,9 +173,9 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
     from evotrainer.rundir import RunDir
     from sandbox import HarnessWorker
 
-    if req.threads:
-        torch.set_num_threads(req.threads)
-    device = resolve_device(req.device)
+    if req.training.threads:
+        torch.set_num_threads(req.training.threads)
+    device = resolve_device(req.policy.device)
     rd = RunDir(req.run_dir)
     domain = get_domain(req.domain)
     repo = HarnessRepo(rd.harness)
@@ -193,7 +193,7 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
         tasks, raw_prompts = None, None
         if rank() == 0:
             weights = worker.curriculum(domain.levels, knobs.curriculum_weights, history)
-            prompts_per_batch = req.prompts_per_step * knobs.oversample  # dynamic sampling generates more, trains P
+            prompts_per_batch = req.training.prompts_per_step * knobs.oversample  # dynamic sampling generates more, trains P
             tasks = sample_tasks(rd.train_tasks(), weights, req.steps * prompts_per_batch, random.Random(task_seed))
             raw_prompts = worker.prompts(tasks)
         if world() > 1:  # rank 0's draw is every rank's: harness code may not be deterministic across processes
@@ -204,20 +204,20 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
             shared = [tasks, raw_prompts]
             broadcast_object_list(shared)
             tasks, raw_prompts = shared
-        model, tokenizer, peft_config = load_policy(req.init_checkpoint, device, req.dtype, req.lora, req.lora_rank)
-        chat = uses_chat(tokenizer, req.chat)
+        model, tokenizer, peft_config = load_policy(req.init_checkpoint, device, req.policy.dtype, req.policy.lora, req.policy.lora_rank)
+        chat = uses_chat(tokenizer, req.policy.chat)
         prompts = [policy_prompt(p, chat) for p in raw_prompts]
         dataset = Dataset.from_list([
             {"prompt": p, "task_json": json.dumps(t), "task_id": t["id"]} for p, t in zip(prompts, tasks)
         ])
         check_budget(model, tokenizer, prompts[:64], knobs.max_completion_length, chat)
-        if knobs.beta > 0 and req.reference_checkpoint and not req.lora:
+        if knobs.beta > 0 and req.reference_checkpoint and not req.policy.lora:
             model.config._name_or_path = req.reference_checkpoint  # TRL builds the KL reference from this path
         # with LoRA the reference is the base model with the adapter switched off, or, from a phase's start
         # (kl_reference: phase_start), a frozen copy of the adapter the phase starts from ("ref", which TRL makes)
-        drop_ref = bool(req.lora and req.reference_checkpoint and req.reference_checkpoint != req.init_checkpoint)
+        drop_ref = bool(req.policy.lora and req.reference_checkpoint and req.reference_checkpoint != req.init_checkpoint)
         optimizer_state = Path(req.init_checkpoint) / OPTIMIZER_STATE
-        if not (req.carry_optimizer and optimizer_state.is_file()):
+        if not (req.training.carry_optimizer and optimizer_state.is_file()):
             optimizer_state = None
         shutil.rmtree(scratch, ignore_errors=True)
         args = GRPOConfig(**grpo_config(req, knobs, device, scratch))
@@ -254,7 +254,7 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
     if world() > 1:
         with contextlib.suppress(OSError):  # the last rank out removes the phase's folder of rank folders
             scratch.parent.rmdir()
-    return Trained(model, tokenizer, hooks, train_logs, device, domain, rd, moments, req.chat, attempts)
+    return Trained(model, tokenizer, hooks, train_logs, device, domain, rd, moments, req.policy.chat, attempts)
 
 
 def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseResult | None:
@@ -276,8 +276,8 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
     hooks, logs, rd = out.hooks, out.logs, out.rd
 
     progress({"stage": "eval", "step": req.steps, "total": req.steps})
-    result_eval = evaluate(out.model, out.tokenizer, out.domain, rd.eval_tasks(), req.eval_max_new_tokens, out.device,
-                           samples=req.eval_samples, chat=req.chat)
+    result_eval = evaluate(out.model, out.tokenizer, out.domain, rd.eval_tasks(), req.training.eval_max_new_tokens, out.device,
+                           samples=req.training.eval_samples, chat=req.policy.chat)
     rollout_path = rd.rollout_file(req.phase)
     write_rollouts(hooks.rollouts, rollout_path)
     stats = group_stats([r.model_dump() for r in hooks.rollouts])
@@ -322,7 +322,7 @@ def task_seed(req: PhaseRequest) -> int:
     the held-out split) draws the real phase's at replicate 0, so the old main meets exactly what the edit met, and
     another draw per replicate (training's randomness, measured); the arms of an A/B trial draw their own. A rerun
     (``training.rerun``) shifts them all."""
-    own = req.seed * 7919 + req.phase + RERUN_STRIDE * req.rerun
+    own = req.seed * 7919 + req.phase + RERUN_STRIDE * req.training.rerun
     if not req.pilot:
         return own
     return own + (0 if req.held_out else 104729) + 1000 * req.replicate
@@ -330,7 +330,7 @@ def task_seed(req: PhaseRequest) -> int:
 
 def sampling_seed(req: PhaseRequest) -> int:
     """TRL's seed of a job (initialisation of its sampling and shuffling): per phase, replicate and rerun."""
-    return req.seed + req.phase + 1000 * req.replicate + RERUN_STRIDE * req.rerun
+    return req.seed + req.phase + 1000 * req.replicate + RERUN_STRIDE * req.training.rerun
 
 
 def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotResult | None:
@@ -355,8 +355,8 @@ def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotRe
     if req.probe_size or req.held_out:
         progress({"stage": "probe", "step": req.steps, "total": req.steps})
         tasks = rd.eval_tasks() if req.held_out else rd.probe_tasks(req.probe_size)
-        probe = evaluate(trained.model, trained.tokenizer, trained.domain, tasks, req.eval_max_new_tokens,
-                         trained.device, samples=req.eval_samples, chat=req.chat)
+        probe = evaluate(trained.model, trained.tokenizer, trained.domain, tasks, req.training.eval_max_new_tokens,
+                         trained.device, samples=req.training.eval_samples, chat=req.policy.chat)
     return PilotResult(harness_sha=req.harness_sha, steps=req.steps, replicate=req.replicate, rollout_path=str(out),
                        stats=group_stats([r.model_dump() for r in trained.hooks.rollouts]), probe=probe,
                        wall_time_s=round(time.time() - t0, 2), sandbox_attempts=trained.attempts)

@@ -78,8 +78,8 @@ def run_launched(req, progress: Callable[[dict], None] = lambda _: None, poll_s:
     from evotrainer.trainer.model import resolve_device
     from evotrainer.trainer.wire import PilotResult
 
-    bad_args = accelerate_args_problem(req.accelerate_args)
-    problem = f"{bad_args} (got {req.accelerate_args})" if bad_args else check(req.processes, resolve_device(req.device))
+    bad_args = accelerate_args_problem(req.trainer.accelerate_args)
+    problem = f"{bad_args} (got {req.trainer.accelerate_args})" if bad_args else check(req.trainer.processes, resolve_device(req.policy.device))
     if problem:
         raise ValueError(problem)
     kind = f"pilot-r{req.replicate}" if req.pilot else "phase"
@@ -90,7 +90,7 @@ def run_launched(req, progress: Callable[[dict], None] = lambda _: None, poll_s:
     (job / "request.json").write_text(req.model_dump_json())
     env = {**os.environ, SERVICE_PID: str(os.getpid())}
     with open(job / "launch.log", "w") as log:
-        proc = subprocess.Popen(command(req.processes, req.accelerate_args, job), stdout=log,
+        proc = subprocess.Popen(command(req.trainer.processes, req.trainer.accelerate_args, job), stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
     seen = None
     try:
@@ -113,7 +113,7 @@ def run_launched(req, progress: Callable[[dict], None] = lambda _: None, poll_s:
         return (PilotResult if req.pilot else PhaseResult).model_validate(data)
     errors = [json.loads(p.read_text())["error"] for p in sorted(job.glob("error-rank*.json"))]
     tail = (job / "launch.log").read_text(errors="replace").strip().splitlines()[-1:] or ["(empty log)"]
-    raise RuntimeError(f"{req.processes} processes: {errors[0] if errors else tail[0]} (exit {proc.returncode}; "
+    raise RuntimeError(f"{req.trainer.processes} processes: {errors[0] if errors else tail[0]} (exit {proc.returncode}; "
                        f"log: {job / 'launch.log'})")
 
 

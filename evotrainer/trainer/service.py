@@ -117,7 +117,7 @@ def create_app(token: str | None = None) -> FastAPI:
                 from evotrainer.trainer.grpo import run_phase, run_pilot
 
                 run = run_pilot if req.pilot else run_phase
-                if req.processes > 1:  # several ranks, launched for this job (trainer/launch.py)
+                if req.trainer.processes > 1:  # several ranks, launched for this job (trainer/launch.py)
                     from evotrainer.trainer.launch import run_launched as run
                 result = run(req, progress=lambda p: job.__setitem__("progress", p))
                 job["result"] = result.model_dump(mode="json")
@@ -149,14 +149,15 @@ def create_app(token: str | None = None) -> FastAPI:
         if jobs.active is not None:  # one job owns the accelerator at a time
             raise HTTPException(409, f"busy with job {jobs.active}")
         _PRELOADED.wait()
-        dev = resolve_device(req.device)
+        dev = resolve_device(req.policy.device)
         try:
-            model, tokenizer, _ = load_policy(req.checkpoint, dev, req.dtype, False, 0)
+            model, tokenizer, _ = load_policy(req.checkpoint, dev, req.policy.dtype, False, 0)
         except PolicyLoadError as err:
             raise HTTPException(422, str(err)) from None
         model.to(dev)
         result = evaluate(model, tokenizer, get_domain(req.domain), RunDir(req.run_dir).eval_tasks(),
-                          req.max_new_tokens, dev, samples=req.samples, chat=req.chat)
+                          req.training.eval_max_new_tokens, dev, samples=req.training.eval_samples,
+                          chat=req.policy.chat)
         return result.model_dump(mode="json")
 
     @app.post("/shutdown")

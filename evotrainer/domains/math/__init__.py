@@ -27,9 +27,8 @@ The canonical prompt is the compact expression plus ``=``; an instruct model (ch
 accepts it when it is an integer literal equal to the answer, or ends in ``= <integer>`` / ``answer is <integer>``
 (an optional final period) with that integer equal to the answer.
 
-This package is the evaluator's side (tasks, canonical prompt, verifier). Beside it, ``interventions.py`` holds
-the Engineer's math-only harness edits; only ``agents.playbook`` imports it, lazily, so nothing here imports
-``agents``. Try it alone::
+This package is the evaluator's side (tasks, canonical prompt, verifier) and imports nothing from ``agents``; the
+Engineer's math-only harness edits live in ``agents/domains/math.py``. Try it alone::
 
     python -c "from evotrainer.domains.math import MathDomain; d = MathDomain(); \
                tr, ev = d.generate(0, 8, 4); print(d.canonical_prompt(ev[0]), ev[0]['answer'])"
