@@ -65,8 +65,8 @@ def test_the_config_carries_eval_samples_to_the_trainer():
     from evotrainer.trainer.wire import EvalRequest, PhaseRequest
 
     cfg = C.apply_overrides(C.parse({}), ["training.eval_samples=4"])
-    assert EvalRequest.make(cfg, "runs/x", "ckpt").samples == 4
-    assert PhaseRequest.make(cfg, "runs/x", 1, "0" * 40, "ckpt", 5).eval_samples == 4
-    assert EvalRequest.make(C.parse({}), "runs/x", "ckpt").samples == 0  # greedy by default
+    assert EvalRequest.make(cfg, "runs/x", "ckpt").training.eval_samples == 4
+    assert PhaseRequest.make(cfg, "runs/x", 1, "0" * 40, "ckpt", 5).training.eval_samples == 4
+    assert EvalRequest.make(C.parse({}), "runs/x", "ckpt").training.eval_samples == 0  # greedy by default
     with pytest.raises(C.ConfigError, match="eval_samples"):
         C.apply_overrides(C.parse({}), ["training.eval_samples=-1"])

@@ -75,7 +75,7 @@ def _merged_before(rt: Runtime, phase: int) -> Promotion | None:
             note = rt.repo.note(commit.parents[1], ref=NOTES)
             if note:
                 cand = Candidate.model_validate(note)
-                return Promotion(phase=phase, branch=cand.branch, sha=cand.sha, main_sha=commit.hexsha,
+                return Promotion(phase=phase, branch=cand.branch, sha=cand.sha, main_sha=commit.sha,
                                  candidate=cand, failure_mode="none")
     return None
 
