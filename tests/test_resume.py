@@ -97,14 +97,14 @@ def test_the_last_phase_ends_the_run_and_a_raised_budget_runs_its_waiting_round_
     cli(init_args(run_dir, phases=1, extra=["evolution.final_round=false"]), cli_env)
     cli(["run", str(run_dir)], cli_env)
     nodes = [(e["node"], e["phase"]) for e in events(run_dir) if e["kind"] == "node"]
-    assert nodes == [("train", 1), ("librarian", 1)], nodes
+    assert nodes == [("train", 1), ("effect", 1), ("librarian", 1)], nodes
     assert json.loads(cli(["status", str(run_dir), "--json"], cli_env).stdout)["state"] == "done"
 
     cli(["run", str(run_dir), "--phases", "2"], cli_env)
     nodes = [(e["node"], e["phase"]) for e in events(run_dir) if e["kind"] == "node"]
-    assert nodes[2:4] == [("diagnose", 1), ("critique", 1)], nodes  # the waiting round, first
+    assert nodes[3:5] == [("diagnose", 1), ("critique", 1)], nodes  # the waiting round, first
     assert nodes.index(("train", 2)) > max(i for i, n in enumerate(nodes) if n[1] == 1), nodes
-    assert nodes[-2:] == [("train", 2), ("librarian", 2)], nodes  # and the new last phase ends the run
+    assert nodes[-3:] == [("train", 2), ("effect", 2), ("librarian", 2)], nodes  # and the new last phase ends the run
     status = json.loads(cli(["status", str(run_dir), "--json"], cli_env).stdout)
     assert status["state"] == "done" and status["phase"] == 2, status
 
@@ -119,15 +119,15 @@ def test_keep_discard_judges_the_last_phase_but_leaves_its_next_edit_to_a_raised
     cli(init_args(run_dir, phases=1, extra=["evolution.final_round=false", "evolution.mode=keep_discard"]), cli_env)
     cli(["run", str(run_dir)], cli_env)
     nodes = [(e["node"], e["phase"]) for e in events(run_dir) if e["kind"] == "node"]
-    assert nodes == [("train", 1), ("keep_discard", 1), ("librarian", 1)], nodes
+    assert nodes == [("train", 1), ("keep_discard", 1), ("effect", 1), ("librarian", 1)], nodes
     main = git.Repo(run_dir / "harness").commit("main")
     assert len(list(main.iter_parents())) == 0  # main is still the seed harness: no untrained edit on it
 
     cli(["run", str(run_dir), "--phases", "3"], cli_env)
     nodes = [(e["node"], e["phase"]) for e in events(run_dir) if e["kind"] == "node"]
-    assert nodes[3:5] == [("keep_discard", 1), ("librarian", 1)], nodes  # the waiting edit, first
-    assert nodes[5:] == [("train", 2), ("keep_discard", 2), ("librarian", 2),
-                         ("train", 3), ("keep_discard", 3), ("librarian", 3)], nodes
+    assert nodes[4:7] == [("keep_discard", 1), ("effect", 1), ("librarian", 1)], nodes  # the waiting edit, first
+    assert nodes[7:] == [("train", 2), ("keep_discard", 2), ("effect", 2), ("librarian", 2),
+                         ("train", 3), ("keep_discard", 3), ("effect", 3), ("librarian", 3)], nodes
     verdicts = [(e["phase"], e["branch"]) for e in events(run_dir) if e["kind"] == "keep_discard"]
     assert verdicts == [(2, "candidates/phase-1-kd"), (3, "candidates/phase-2-kd")]  # each edit judged once
     subjects = [c.summary for c in git.Repo(run_dir / "harness").iter_commits("main", first_parent=True)]
