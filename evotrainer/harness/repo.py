@@ -25,7 +25,7 @@ from typing import Any, Iterator, NamedTuple
 
 import git
 
-from evotrainer.harness.files import MAX_FILE_BYTES, check_tree, export_tree
+from evotrainer.harness.files import MAX_FILE_BYTES, check_tree, export_tree, tree_problems
 from evotrainer.harness.knobs import Knobs, KnobsError, parse_knobs
 
 BOT = git.Actor("EvoTrainer", "evotrainer@localhost")
@@ -143,8 +143,8 @@ class HarnessRepo:
     def commit(self, ref: str) -> Commit:
         """The commit ``ref`` names (a branch, tag, sha or expression); ValueError (one line) when it names none."""
         try:
-            c = self.repo.commit(ref)
-        except (git.BadName, git.GitCommandError, ValueError):
+            c = self.repo.commit(ref)  # a tag is peeled to the commit it marks
+        except (git.BadName, git.BadObject, git.GitCommandError, ValueError, KeyError, IndexError):
             raise ValueError(f"{ref!r} is not a branch, tag or commit of {self.path}") from None
         return Commit(c.hexsha, c.message, c.summary, [p.hexsha for p in c.parents], c.tree.hexsha)
 
@@ -173,14 +173,19 @@ class HarnessRepo:
         except git.GitCommandError:
             return None
 
+    def tree_problems(self, ref: str) -> list[str]:
+        """What breaks the rules of a harness tree at ``ref`` (links, oversize files, too many files: ``files.py``)."""
+        return tree_problems(self.repo, ref)
+
     def is_branch(self, name: str) -> bool:
         return name in {h.name for h in self.repo.heads}
 
     def branches(self, prefix: str = "candidates/") -> list[str]:
         return sorted(h.name for h in self.repo.heads if h.name.startswith(prefix))
 
-    def diff(self, base: str, ref: str) -> str:
-        return self.repo.git.diff(base, ref)
+    def diff(self, base: str | None, ref: str) -> str:
+        """The diff from ``base`` to ``ref``; with no base, what the commit ``ref`` itself adds (a root commit)."""
+        return self.repo.git.diff(base, ref) if base else self.repo.git.show(ref, format="")
 
     def note(self, sha: str, ref: str = "backtest") -> dict | None:
         try:

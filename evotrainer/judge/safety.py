@@ -37,7 +37,6 @@ from typing import Any, Callable
 
 from evotrainer.config import BacktestConfig, SandboxConfig
 from evotrainer.contracts import Candidate, Check
-from evotrainer.harness.files import tree_problems
 from evotrainer.harness.knobs import KnobsError, read_knobs
 from evotrainer.harness.repo import HarnessRepo
 from evotrainer.judge import variables
@@ -116,7 +115,7 @@ def _list(value: Check | list[Check]) -> list[Check]:
 
 # --- the tree and the variable --------------------------------------------------------------------------------
 def _tree(repo: HarnessRepo, candidate: Candidate) -> Check:
-    problems = tree_problems(repo.repo, candidate.sha)
+    problems = repo.tree_problems(candidate.sha)
     return Check(name="harness_tree", passed=not problems, detail="; ".join(problems)[:500])
 
 

@@ -12,7 +12,6 @@ import json
 import re
 from pathlib import Path
 
-import git
 
 from evotrainer.contracts import PhaseResult
 from evotrainer.harness.repo import HarnessRepo, parse_trailers
@@ -135,9 +134,9 @@ def effect_brief(effect: dict | None) -> str:
 
 def resolve(repo: HarnessRepo, ref: str) -> str:
     for candidate in (ref, f"candidates/{ref}", f"candidates/phase-{ref}"):
-        try:  # ^{commit} peels an annotated tag (phase-N) to the commit it marks
-            return repo.repo.rev_parse(f"{candidate}^{{commit}}").hexsha
-        except (git.BadName, ValueError, git.BadObject, KeyError, IndexError):
+        try:  # an annotated tag (phase-N) is peeled to the commit it marks
+            return repo.commit(candidate).sha
+        except ValueError:
             continue
     raise ValueError(f"unknown ref {ref!r} (try a branch like candidates/phase-1-1, a tag like phase-2, or a sha)")
 
@@ -147,12 +146,10 @@ def show(rd: RunDir, ref: str) -> dict:
     rd.load_config()  # RunDirError, one line, when it is no run directory
     repo = HarnessRepo(rd.harness)
     sha = resolve(repo, ref)
-    commit = repo.repo.commit(sha)
-    if commit.type == "tag":  # pragma: no cover - rev_parse peels tags to commits already
-        commit = commit.object
+    commit = repo.commit(sha)
     parents = commit.parents
-    diff = repo.diff(parents[0].hexsha, sha) if parents else repo.repo.git.show(sha, format="")
-    note_sha = parents[1].hexsha if len(parents) > 1 else sha
+    diff = repo.diff(parents[0] if parents else None, sha)
+    note_sha = parents[1] if len(parents) > 1 else sha
     return {
         "sha": sha, "message": commit.message, "diff": diff,
         "backtest": repo.note(note_sha, "backtest"), "effect": repo.note(note_sha, "effect"),
