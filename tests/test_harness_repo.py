@@ -188,3 +188,18 @@ def test_the_harness_log_reads_the_phase_of_every_candidate_branch_keep_discard_
     assert sorted(branches, key=_phase_k) == ["candidates/phase-1-12", "candidates/phase-2-1",
                                               "candidates/phase-2-kd", "candidates/phase-10-1"]
     assert _phase_k("candidates/phase-3-kd")[0] == 3 and _phase_k("elsewhere") == (0, 0)
+
+
+def test_a_seed_harness_that_says_it_is_dapo_s_recipe_has_clip_higher_and_overlong_shaping():
+    """A harness is named for what it does: "DAPO's recipe" means all four techniques, so one that claims it must
+    clip higher (epsilon_high > epsilon, acting with updates_per_batch > 1) and shape overlong answers."""
+    from evotrainer.harness.knobs import read_knobs
+
+    root = Path(__file__).resolve().parents[1] / "harness_repo"
+    for folder in sorted(p for p in root.iterdir() if (p / "harness.yaml").is_file()):
+        text = " ".join(f.read_text() for f in folder.rglob("*") if f.is_file() and f.suffix in {".py", ".yaml"})
+        text += (root / "README.md").read_text().split(f"## {folder.name}", 1)[-1].split("\n## ", 1)[0]
+        if "DAPO's recipe" in text or "DAPO recipe" in text:
+            knobs = read_knobs(folder)
+            assert knobs.updates_per_batch > 1 and knobs.epsilon_high > knobs.epsilon, folder.name
+            assert "overlong" in (folder / "rewards.py").read_text(), folder.name

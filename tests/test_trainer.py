@@ -370,6 +370,32 @@ def test_a_rerun_draws_other_tasks_and_seeds_in_every_job_and_only_there():
     assert task_seed(jobs[1]) == task_seed(phase)  # a rerun's counterfactual still meets its phase's tasks
 
 
+def test_no_two_jobs_of_other_seeds_phases_replicates_or_reruns_share_a_seed():
+    """Seed s at phase p + 1 must not replay seed s + 1 at phase p (nor any other pair of jobs)."""
+    from evotrainer import config as C
+    from evotrainer.trainer.grpo import sampling_seed, task_seed
+    from evotrainer.trainer.wire import PhaseRequest
+
+    for rule in (task_seed, sampling_seed):
+        seen = {}
+        for seed in range(6):
+            for rerun in range(3):
+                cfg = C.apply_overrides(C.parse({}), [f"seed={seed}", f"training.rerun={rerun}"])
+                for phase in range(1, 13):
+                    job = PhaseRequest.make(cfg, "r", phase, "a", "c", 5)
+                    for replicate in range(3):
+                        for kind in ({"pilot": True, "probe_size": 40}, {"pilot": True, "held_out": True}, {}):
+                            if not kind and replicate:
+                                continue  # a phase has no replicates
+                            if kind.get("held_out") and not replicate and rule is task_seed:
+                                continue  # the counterfactual's first replicate is its phase's draw, on purpose
+                            key = (seed, rerun, phase, replicate, tuple(kind))
+                            value = rule(job.model_copy(update={**kind, "replicate": replicate}))
+                            if rule is sampling_seed:  # sampling: every job of one replicate shares it
+                                key = (seed, rerun, phase, replicate)
+                            assert seen.setdefault(value, key) == key, (rule.__name__, key, seen[value])
+
+
 def test_a_pilot_sees_the_same_tasks_as_main_and_publishes_nothing(run_dir: RunDir):
     """Pilots judge knob edits: main and a candidate piloted with the same request differ only by the edit."""
     from evotrainer.trainer.grpo import run_pilot

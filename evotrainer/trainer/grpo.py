@@ -23,6 +23,7 @@ that looks finished.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import random
@@ -314,23 +315,26 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
     return result
 
 
-RERUN_STRIDE = 10_000_019  # training.rerun shifts every seed by this much: beyond any phase, replicate or run seed
+def _mix(*parts: object) -> int:
+    """A seed in numpy's range [0, 2**32) drawn from the parts by a hash: two jobs share a seed only when all their
+    parts agree (a sum such as seed + phase made seed s at phase p + 1 replay seed s + 1 at phase p)."""
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "big")
 
 
 def task_seed(req: PhaseRequest) -> int:
     """The seed of a job's task draws and sampling. A phase has its own; a counterfactual phase (a pilot scored on
     the held-out split) draws the real phase's at replicate 0, so the old main meets exactly what the edit met, and
     another draw per replicate (training's randomness, measured); the arms of an A/B trial draw their own. A rerun
-    (``training.rerun``) shifts them all."""
-    own = req.seed * 7919 + req.phase + RERUN_STRIDE * req.training.rerun
-    if not req.pilot:
-        return own
-    return own + (0 if req.held_out else 104729) + 1000 * req.replicate
+    (``training.rerun``) draws anew everywhere."""
+    run = (req.seed, req.phase, req.training.rerun)
+    if not req.pilot or (req.held_out and req.replicate == 0):
+        return _mix("tasks", *run)
+    return _mix("tasks", *run, "counterfactual" if req.held_out else "trial", req.replicate)
 
 
 def sampling_seed(req: PhaseRequest) -> int:
-    """TRL's seed of a job (initialisation of its sampling and shuffling): per phase, replicate and rerun."""
-    return req.seed + req.phase + 1000 * req.replicate + RERUN_STRIDE * req.training.rerun
+    """TRL's seed of a job (initialisation of its sampling and shuffling): per seed, phase, replicate and rerun."""
+    return _mix("sampling", req.seed, req.phase, req.replicate, req.training.rerun)
 
 
 def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotResult | None:
