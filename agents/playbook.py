@@ -58,7 +58,7 @@ def layer_of(variable: str) -> str:
     """
     file, _, key = variable.partition(":") if ":" in variable else (variable.split(".")[0], "", "")
     if file in ("harness.yaml", "harness"):
-        return {"curriculum_weights": "curriculum", "reward_weights": "rewards", "reward_scale": "rewards",
+        return {"curriculum_weights": "curriculum", "reward_weights": "rewards",
                 "mask_truncated_completions": "filters"}.get(key, "knobs")
     return file.removesuffix(".py")
 

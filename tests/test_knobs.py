@@ -44,7 +44,6 @@ CASES = {
     "epsilon_high": ({"updates_per_batch": 2, "learning_rate": 3e-3}, {"updates_per_batch": 2,
                                                                       "learning_rate": 3e-3, "epsilon_high": 0.001}),
     "scale_rewards": ({}, {"scale_rewards": "batch"}),
-    "reward_scale": ({"scale_rewards": "none"}, {"scale_rewards": "none", "reward_scale": 3.0}),
     "mask_truncated_completions": ({}, {"mask_truncated_completions": True}),
     "reward_weights": ({}, {"reward_weights": {"correct": 1.0, "short": 0.3}}),
     "curriculum_weights": ({}, {"curriculum_weights": {"1": 1.0, "2": 0.0, "3": 0.0, "4": 0.0}}),
@@ -124,16 +123,30 @@ def start(run_dir: RunDir) -> dict[str, torch.Tensor]:
             .items()}
 
 
+@pytest.fixture(scope="module")
+def rounding(run_dir, baselines, start) -> float:
+    """How far the weights end from the baseline's when only rounding changes: the learning rate times 1 + 1e-6."""
+    lr = parse_knobs(HarnessRepo(run_dir.harness).show_file("main", "harness.yaml")).learning_rate
+    nudged = _weights_after(run_dir, _harness(HarnessRepo(run_dir.harness), "rounding",
+                                              {"learning_rate": lr * (1 + 1e-6)}), "rounding")
+    return _apart(_baseline(run_dir, baselines, {}), nudged, start)
+
+
 @pytest.mark.parametrize("knob", sorted(CASES))
-def test_the_knob_changes_the_update(run_dir, baselines, start, knob):
-    """Not by rounding: the weights move at least 0.1% of the baseline's own move away from where the baseline went
-    (measured here: 1.4% for weight_decay, the smallest, to 216% for learning_rate; a reward scale under
-    ``scale_rewards: none`` acts at 7%, through gradient clipping, which binds on other steps)."""
+def test_the_knob_changes_the_update(run_dir, baselines, start, rounding, knob):
+    """Not by rounding: the weights move at least 0.1% of the baseline's own move away from where the baseline went,
+    and 100 times further than a change that only moves rounding (measured here: 1.4% for weight_decay, the
+    smallest, to 216% for learning_rate)."""
     base_changes, variant = CASES[knob]
     base = _baseline(run_dir, baselines, base_changes)
     changed = _weights_after(run_dir, _harness(HarnessRepo(run_dir.harness), knob, variant), knob)
     apart = _apart(base, changed, start)
-    assert apart > 1e-3, f"{knob} did not change the update ({apart:.2e} of the baseline's move)"
+    assert apart > max(1e-3, 100 * rounding), (f"{knob} did not change the update ({apart:.2e} of the baseline's "
+                                               f"move; rounding alone moves {rounding:.2e})")
+
+
+def test_a_change_of_rounding_alone_is_told_from_an_acting_knob(rounding):
+    assert 0 < rounding < 1e-5  # it moves the weights, but by far less than the threshold of an acting knob
 
 
 def _apart(base: dict[str, torch.Tensor], other: dict[str, torch.Tensor], start: dict[str, torch.Tensor]) -> float:
@@ -149,7 +162,6 @@ def _apart(base: dict[str, torch.Tensor], other: dict[str, torch.Tensor], start:
 @pytest.mark.parametrize("text, says", [
     ("epsilon: 0.1", "act only with updates_per_batch > 1"),
     ("epsilon_high: 0.28", "act only with updates_per_batch > 1"),
-    ("reward_scale: 2.0", "reward_scale acts only with scale_rewards: none"),
 ])
 def test_a_value_that_could_not_act_is_refused(text, says):
     from evotrainer.harness.repo import seed_dir
@@ -203,10 +215,23 @@ def test_a_reward_weight_that_names_no_component_is_refused_in_training_and_repl
     # the only component's weight divides out under group scaling; beside an unlisted second component it acts
     doubled = parse_knobs(seed.replace("  correct: 1.0", "  correct: 2.0"))
     with pytest.raises(ValueError, match=r"^harness.yaml: reward_weights.correct: the weight of the only reward "
-                                         r"component acts only with scale_rewards: none"):
+                                         r"component cannot act"):
         total_reward({"correct": 1.0}, doubled)
     assert total_reward({"correct": 1.0, "short": 0.5}, doubled) == 2.5
     assert total_reward({"correct": 1.0, "short": -0.5}, parse_knobs(seed)) == 0.5  # an unweighted one counts once
+
+
+def test_a_constant_factor_on_every_reward_is_no_knob_even_without_std_scaling():
+    """Under ``scale_rewards: none`` the advantage keeps a constant factor, but AdamW's update divides it out (it
+    acted only through gradient clipping): a reward scale is no knob, and the only component's weight is refused."""
+    from evotrainer.harness.repo import seed_dir
+    from evotrainer.judge.scoring import total_reward
+
+    seed = (seed_dir("math") / "harness.yaml").read_text().replace("scale_rewards: group", "scale_rewards: none")
+    with pytest.raises(KnobsError, match="reward_scale"):
+        parse_knobs(seed + "reward_scale: 3.0\n")
+    with pytest.raises(ValueError, match="the weight of the only reward component cannot act"):
+        total_reward({"correct": 1.0}, parse_knobs(seed.replace("  correct: 1.0", "  correct: 3.0")))
 
 
 def test_the_schedule_is_the_run_s_and_a_phase_boundary_does_not_restart_it():

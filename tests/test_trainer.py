@@ -307,7 +307,6 @@ def test_replay_reproduces_what_training_logged(run_dir: RunDir, scale: str):
     repo = HarnessRepo(run_dir.harness)
     knobs = repo.show_file("main", "harness.yaml")
     for old, new in (("scale_rewards: group", f"scale_rewards: {scale}"),
-                     ("reward_scale: 1.0", "reward_scale: 2.5" if scale == "none" else "reward_scale: 1.0"),
                      ("mask_truncated_completions: false", "mask_truncated_completions: true"),
                      ("max_completion_length: 8", "max_completion_length: 3"), ("oversample: 1 ", "oversample: 2 "),
                      ("  correct: 1.0", "  correct: 1.0\n  shorter: 0.7")):

@@ -20,8 +20,10 @@ class Knobs(BaseModel):
 
     Every knob changes the update (``tests/test_knobs.py`` shows it for each one); a value that could not act is
     refused here rather than silently ignored: the clip epsilons act only when a generated batch is used for more
-    than one update, and ``reward_scale`` (or the positive weight of a single reward component) only when advantages
-    are not rescaled by a reward std.
+    than one update. There is no reward scale: a constant factor on every reward is divided out by the advantage's
+    std scaling, and under ``scale_rewards: none`` by AdamW, whose update does not depend on the gradient's scale
+    (it acted only through gradient clipping, which ``max_grad_norm`` sets directly); for the same reason the weight
+    of a single reward component is refused (``scoring.total_reward``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -34,7 +36,6 @@ class Knobs(BaseModel):
     epsilon: float = Field(0.2, gt=0, lt=1)
     epsilon_high: float = Field(0.2, gt=0, lt=1)
     scale_rewards: Literal["group", "batch", "none"]
-    reward_scale: float = Field(1.0, gt=0)
     mask_truncated_completions: bool
     reward_weights: dict[str, float]
     curriculum_weights: dict[str, float]
@@ -50,9 +51,6 @@ class Knobs(BaseModel):
         if self.updates_per_batch == 1 and (self.epsilon, self.epsilon_high) != (0.2, 0.2):
             raise ValueError("epsilon/epsilon_high act only with updates_per_batch > 1 (with one update per "
                              "generated batch the policy ratio is always 1, so the clip never binds)")
-        if self.reward_scale != 1.0 and self.scale_rewards != "none":
-            raise ValueError(f"reward_scale acts only with scale_rewards: none (under {self.scale_rewards} "
-                             "scaling the advantage divides it out)")
         return self  # a reward weight's rule needs rewards.py's components: scoring.total_reward applies it
 
 

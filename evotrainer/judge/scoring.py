@@ -31,21 +31,23 @@ from evotrainer.harness.knobs import Knobs
 
 
 def total_reward(components: Mapping[str, float], knobs: Knobs) -> float:
-    """The reward a rollout trains with: ``reward_scale`` x the ``reward_weights``-weighted sum of components (a
-    component without a weight counts once). A weight that could not act raises ValueError, one line naming it, in
-    training and in replay alike: one that names no component of rewards.py, and a positive weight other than 1 on
-    the only component under group or batch scaling (the advantage divides it out)."""
+    """The reward a rollout trains with: the ``reward_weights``-weighted sum of components (a component without a
+    weight counts once). A weight that could not act raises ValueError, one line naming it, in training and in
+    replay alike: one that names no component of rewards.py, and a positive weight other than 1 on the only
+    component (a constant factor on every reward: group or batch scaling divides it out of the advantage, and under
+    no scaling AdamW divides it out of the update)."""
     unused = sorted(set(knobs.reward_weights) - set(components))
     if unused:
         raise ValueError(f"harness.yaml: reward_weights.{unused[0]} names no reward component (rewards.py's "
                          f"COMPONENTS: {', '.join(sorted(components)) or 'none'}), so it would weigh nothing")
-    if len(components) == 1 and knobs.scale_rewards != "none":
+    if len(components) == 1:
         (name,) = components
         if (weight := knobs.reward_weights.get(name, 1.0)) > 0 and weight != 1.0:
-            raise ValueError(f"harness.yaml: reward_weights.{name}: the weight of the only reward component acts only "
-                             f"with scale_rewards: none (under {knobs.scale_rewards} scaling a positive weight "
-                             "divides out); keep it 1.0, or add a second component for it to weigh against")
-    return float(knobs.reward_scale * sum(knobs.reward_weights.get(k, 1.0) * v for k, v in components.items()))
+            raise ValueError(f"harness.yaml: reward_weights.{name}: the weight of the only reward component cannot "
+                             "act (a constant factor on every reward is divided out: by the advantage's std scaling, "
+                             "or by AdamW under scale_rewards: none); keep it 1.0, or add a second component for it "
+                             "to weigh against")
+    return float(sum(knobs.reward_weights.get(k, 1.0) * v for k, v in components.items()))
 
 
 def _nanstd(t, dim=None):
