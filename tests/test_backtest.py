@@ -71,6 +71,16 @@ def test_a_filter_that_only_drops_zero_advantage_groups_is_rejected_as_no_effect
     assert report.sandbox in ("unshare", "bwrap", "docker", "process")
 
 
+def test_an_oversample_edit_alone_is_not_no_effect(repo, rows):
+    """``oversample`` changes the batch training generates (more groups to refill from), which a replay of retained
+    rollouts cannot show: alone, with keep-all filters, it still changes the update and goes on to its trial."""
+    knobs = repo.show_file("main", "harness.yaml")
+    cand = _commit(repo, {"harness.yaml": knobs.replace("oversample: 1 ", "oversample: 2 ")}, "harness.yaml:oversample",
+                   "kept_dead_ratio", "down")
+    effect = next(c for c in _judge(repo, cand, rows).checks if c.name == "effect")
+    assert effect.passed and "oversample" in effect.detail, effect
+
+
 def test_without_trials_the_target_on_replay_decides(repo, rows):
     edits = find("math", "drop_zero_variance_groups").edit({"filters.py": repo.show_file("main", "filters.py")},
                                                            read_knobs(repo.path), {})

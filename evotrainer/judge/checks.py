@@ -210,10 +210,11 @@ def _metric_checks(base: dict, cand: dict, candidate: Candidate, bootstrap: int,
     return noise, checks
 
 
-# knobs whose effect a replay on fixed completions cannot show (they change sampling or the optimizer)
+# knobs whose effect a replay on fixed completions cannot show (they change sampling, the generated batch or the
+# optimizer); oversample is one: training generates more groups to refill from, which retained rollouts do not hold
 _TRAINING_KNOBS = ("learning_rate", "group_size", "temperature", "max_completion_length", "loss_type", "beta",
                    "epsilon", "epsilon_high", "lr_schedule", "warmup_steps", "max_grad_norm", "weight_decay",
-                   "updates_per_batch")
+                   "updates_per_batch", "oversample")
 
 
 def effect_check(main: dict, cand: dict, candidate: Candidate) -> Check:
