@@ -226,11 +226,6 @@ def effect_check(main: dict, cand: dict, candidate: Candidate) -> Check:
     curriculum's mix is the same and prompt.py is untouched. With a KL term (beta > 0) every trained row counts.
     """
     kb, kc = main["knobs"], cand["knobs"]
-    knobs = [k for k in _TRAINING_KNOBS if getattr(kb, k) != getattr(kc, k)]
-    if knobs or main["mix"] != cand["mix"] or "prompt.py" in candidate.files:
-        why = f"changes {', '.join(knobs)}" if knobs else ("changes the curriculum's mix" if main["mix"] !=
-                                                            cand["mix"] else "changes the prompts")
-        return Check(name="effect", passed=True, detail=why)
 
     def signal(rows: list[dict], beta: float) -> dict:
         return {(r["group_id"], r["sample_idx"]): round(r["advantage"], 5) for r in rows
@@ -238,6 +233,12 @@ def effect_check(main: dict, cand: dict, candidate: Candidate) -> Check:
 
     base, new = signal(main["rows"], kb.beta), signal(cand["rows"], kc.beta)
     changed = sum(base.get(k) != new.get(k) for k in base.keys() | new.keys())
+    knobs = [k for k in _TRAINING_KNOBS if getattr(kb, k) != getattr(kc, k)]
+    if knobs or main["mix"] != cand["mix"] or "prompt.py" in candidate.files:
+        why = f"changes {', '.join(knobs)}" if knobs else ("changes the curriculum's mix" if main["mix"] !=
+                                                            cand["mix"] else "changes the prompts")
+        return Check(name="effect", base=float(len(base)), candidate=float(changed), passed=True,
+                     detail=f"{why}; {changed} replayed rollouts train differently")
     return Check(name="effect", base=float(len(base)), candidate=float(changed), passed=changed > 0,
                  detail=f"{changed} rollouts train differently" if changed else
                  "no effect: every rollout would train with the same advantage as on main (at most the loss's "
