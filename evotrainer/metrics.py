@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+import statistics
 from typing import Any, Callable, TypeVar
 
 from evotrainer.contracts import MetricEvidence
@@ -65,10 +66,12 @@ def bootstrap_groups(rollouts: list[dict], stat: Callable[[list[dict]], T], resa
     return out
 
 
-def interval(values: list[float]) -> tuple[float, float]:
+def interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """The central ``level`` percentile interval of ``values``."""
     s = sorted(values)
-    lo = s[int(0.025 * (len(s) - 1))]
-    hi = s[int(math.ceil(0.975 * (len(s) - 1)))]
+    tail = (1 - level) / 2
+    lo = s[int(tail * (len(s) - 1))]
+    hi = s[int(math.ceil((1 - tail) * (len(s) - 1)))]
     return lo, hi
 
 
@@ -156,9 +159,9 @@ def alignment(rollouts: list[dict]) -> dict[str, float]:
     }
 
 
-def paired_gain(pairs: list[tuple[dict[str, float], dict[str, float]]], resamples: int = 2000, seed: int = 0
-                ) -> dict[str, float]:
-    """The mean gain of B over A on the same items, paired per item and per replicate, with a 95% interval.
+def paired_gain(pairs: list[tuple[dict[str, float], dict[str, float]]], resamples: int = 2000, seed: int = 0,
+                level: float = 0.95) -> dict[str, float]:
+    """The mean gain of B over A on the same items, paired per item and per replicate, with a ``level`` interval.
 
     ``pairs`` holds one (A items, B items) per replicate (e.g. per seed of an A/B trial), each a dict item id ->
     score. The interval is a two-level bootstrap: replicates are resampled, then items, so it carries both the
@@ -182,7 +185,7 @@ def paired_gain(pairs: list[tuple[dict[str, float], dict[str, float]]], resample
         reps = [diffs[rng.randrange(len(diffs))] for _ in diffs]
         idx = [rng.randrange(n) for _ in range(n)]
         means.append(sum(d[i] for d in reps for i in idx) / (n * len(reps)))
-    lo, hi = interval(means)
+    lo, hi = interval(means, level)
     return {"diff": sum(map(sum, diffs)) / (n * len(diffs)), "low": lo, "high": hi, "n": n}
 
 
@@ -225,24 +228,24 @@ def unpaired_margin(a0: float, n0: int, a1: float, n1: int, z: float = 1.96) -> 
 
 
 @functools.lru_cache(maxsize=512)
-def paired_change(before: tuple[tuple[str, float], ...], after: tuple[tuple[str, float], ...], resamples: int
-                   ) -> dict[str, Any]:
+def paired_change(before: tuple[tuple[str, float], ...], after: tuple[tuple[str, float], ...], resamples: int,
+                  level: float = 0.95) -> dict[str, Any]:
     """``paired_gain`` of two results' item scores, once per process (a report asks again and again, and published
     phases never change)."""
-    g = paired_gain([(dict(before), dict(after))], resamples=resamples)
+    g = paired_gain([(dict(before), dict(after))], resamples=resamples, level=level)
     return {"change": g["diff"], "low": g["low"], "high": g["high"], "n": g["n"], "method": "paired bootstrap"}
 
 
-def accuracy_change(before, after, resamples: int = 2000) -> dict[str, Any]:
-    """How accuracy moved between two EvalResults, ``after - before`` with a 95% interval: a paired bootstrap over
+def accuracy_change(before, after, resamples: int = 2000, level: float = 0.95) -> dict[str, Any]:
+    """How accuracy moved between two EvalResults, ``after - before`` with a ``level`` interval: a paired bootstrap over
     the items both scored (the usual case: a split is frozen), else, when either side has no per-item results, the
     unpaired normal interval (:func:`unpaired_margin`). ``{"change", "low", "high", "n", "method"}``, ``method``
     being "paired bootstrap" or "unpaired normal"."""
     common = sorted(set(before.items) & set(after.items))
     if common:
         return dict(paired_change(tuple((k, before.items[k]) for k in common),
-                                   tuple((k, after.items[k]) for k in common), resamples))
+                                  tuple((k, after.items[k]) for k in common), resamples, level))
     a0, a1 = before.accuracy, after.accuracy
-    half = unpaired_margin(a0, before.n, a1, after.n)
+    half = unpaired_margin(a0, before.n, a1, after.n, z=statistics.NormalDist().inv_cdf(0.5 + level / 2))
     return {"change": a1 - a0, "low": a1 - a0 - half, "high": a1 - a0 + half, "n": min(before.n, after.n),
             "method": "unpaired normal"}

@@ -44,3 +44,21 @@ def test_a_stall_instructs_the_engineer_and_rolls_main_back_once(tmp_path: Path)
     assert escalation.rollback(rt, state) is None  # safe to re-run: main already holds that harness
     level = state.model_copy(update={"results": [result(p, merged, 0.3) for p in range(1, 5)]})
     assert escalation.rollback(rt, level) is None  # no loss beyond noise: nothing to roll back
+
+
+def test_a_run_at_a_standstill_is_rolled_back_at_most_at_the_nominal_rate():
+    """The known-good phase is the best of the earlier ones: against the largest of k noisy figures an unwidened
+    95% interval says "fell" far more often than 2.5% of the time when nothing changed (a winner's curse)."""
+    import random
+
+    rng = random.Random(0)
+    n, p, phases, runs = 1000, 0.3, 6, 400
+
+    def phase(i: int) -> PhaseResult:
+        hits = sum(rng.random() < p for _ in range(n))
+        return PhaseResult(phase=i, harness_sha="a", steps=1, eval=EvalResult(accuracy=hits / n, n=n),
+                           rollout_path="", checkpoint_path="", wall_time_s=1.0, tokens=1)
+
+    fell = sum(escalation.fell_below_known_good([phase(i) for i in range(1, phases + 1)]) is not None
+               for _ in range(runs))
+    assert fell / runs <= 0.05, f"{fell} of {runs} runs at a standstill would be rolled back"

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from agents.playbook import layer_of
 from evotrainer.harness.repo import parse_trailers
-from evotrainer.metrics import unpaired_margin
+from evotrainer.contracts import PhaseResult
+from evotrainer.metrics import accuracy_change
 
 if TYPE_CHECKING:
     from evotrainer.loop.runtime import Runtime
@@ -55,21 +56,32 @@ def instruct(rt: Runtime, state: RunState) -> tuple[str, list[str]]:
             ), layers
 
 
+def fell_below_known_good(results: list[PhaseResult], level: float = 0.95) -> tuple[PhaseResult, dict] | None:
+    """(the known-good phase, the change from it) when the last phase's accuracy fell below the best earlier phase's
+    beyond noise, else None. The change is paired per item where both scored the same items; the best of k earlier
+    phases is the largest of k noisy figures, so its interval is widened for the choice (Bonferroni: level
+    1 - (1 - ``level``) / k), or a run at a standstill would be rolled back far more often than 1 - ``level``."""
+    cur, earlier = results[-1], results[:-1]
+    best = max(earlier, key=lambda r: r.eval.accuracy)
+    change = accuracy_change(best.eval, cur.eval, level=1 - (1 - level) / len(earlier))
+    return (best, change) if change["high"] < 0 else None
+
+
 def rollback(rt: Runtime, state: RunState) -> str | None:
     """Roll main back to the last known-good harness by a new commit, when stalled and accuracy fell; its sha."""
     after = rt.cfg.evolution.escalate_after
     if not after or stalled(state, state.phase) < after or len(state.results) < 2:
         return None
-    cur = state.results[-1]
-    best = max(state.results[:-1], key=lambda r: r.eval.accuracy)
-    a0, a1 = best.eval.accuracy, cur.eval.accuracy
-    margin = unpaired_margin(a0, best.eval.n, a1, cur.eval.n)
-    if a0 - a1 <= margin:
+    fell = fell_below_known_good(state.results)
+    if fell is None:
         return None
+    (best, change), cur = fell, state.results[-1]
+    a0, a1, margin = best.eval.accuracy, cur.eval.accuracy, change["high"] - change["change"]
     sha = rt.repo.restore(
         best.harness_sha, f"Roll back main to the harness of phase {best.phase} (last known-good)",
         f"Nothing was promoted in {stalled(state, state.phase)} phases and held-out accuracy fell to {a1:.1%} from "
-        f"{a0:.1%} (phase {best.phase}), beyond the {margin:.1%} sampling margin. This commit restores the harness "
+        f"{a0:.1%} (phase {best.phase}), beyond the {margin:.1%} margin ({change['method']}, widened for choosing the "
+        f"best of {len(state.results) - 1} earlier phases). This commit restores the harness "
         f"{best.harness_sha[:8]} that trained phase {best.phase}; history is kept.",
         {"Reason": "escalation: stalled and below the known-good accuracy"})
     if sha is None:  # main already holds that harness (a re-run after a kill)
