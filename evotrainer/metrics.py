@@ -189,34 +189,35 @@ def paired_gain(pairs: list[tuple[dict[str, float], dict[str, float]]], resample
     return {"diff": sum(map(sum, diffs)) / (n * len(diffs)), "low": lo, "high": hi, "n": n}
 
 
-def gain_over_replicates(arm: dict[int, float], baseline: dict[int, list[float]], level: float = 0.95
-                         ) -> dict[str, float]:
-    """An arm's gain over a baseline trained more than once per seed, with an interval that counts training noise.
+def gain_over_stream(arm: dict[int, float], baseline: dict[int, list[float]], level: float = 0.95
+                     ) -> dict[str, float]:
+    """An arm's gain over the baseline trained on the same stream, with an interval that counts training noise.
 
-    ``arm`` holds one final accuracy per seed; ``baseline`` the same harness's replicates per seed (for the bench:
-    static and its reruns, identical but for training's randomness). Per seed the gain is the arm minus the
-    replicates' mean; the replicates' spread within a seed estimates run-to-run noise (sd ``run_sd``), which a
-    per-item bootstrap over a few seeds cannot see. The interval is a Student t interval over seeds whose variance
-    pools the gains' spread across seeds (S - 1 degrees of freedom) with the run-to-run noise the replicates show
-    (one per extra replicate), assuming the arm's own runs are as noisy as the baseline's. Raises ValueError
-    when no seed has two replicates or the seeds differ.
+    ``arm`` holds one final accuracy per seed; ``baseline`` the same harness's runs per seed, the first of them on
+    the arm's own training stream (for the bench: static at rerun 0, then its reruns, identical but for training's
+    randomness). Per seed the gain is the arm minus that first run: the same stream, so an arm identical to the
+    baseline gains exactly 0 (against the mean of all the runs it would score the first run's luck). The runs'
+    spread within a seed estimates run-to-run noise (sd ``run_sd``), which a per-item bootstrap over a few seeds
+    cannot see; a gain is the difference of two runs, so under no effect its variance is twice that. The interval is
+    a Student t interval over seeds whose variance pools the gains' spread across seeds (S - 1 degrees of freedom)
+    with twice the runs' within-seed variance (one degree per extra run), assuming the arm's runs are as noisy as
+    the baseline's. Raises ValueError when no seed has two runs or the seeds differ.
     """
     from scipy.stats import t as student_t
 
     if set(arm) != set(baseline) or not arm:
         raise ValueError(f"the arm and the baseline need the same seeds ({sorted(arm)} vs {sorted(baseline)})")
     seeds = sorted(arm)
-    centre = {s: sum(baseline[s]) / len(baseline[s]) for s in seeds}  # the baseline's mean per seed
-    gains = [arm[s] - centre[s] for s in seeds]
+    gains = [arm[s] - baseline[s][0] for s in seeds]  # the same seed and training stream
+    centre = {s: sum(baseline[s]) / len(baseline[s]) for s in seeds}
     within = sum((y - centre[s]) ** 2 for s in seeds for y in baseline[s])
     df_within = sum(len(baseline[s]) - 1 for s in seeds)
     if df_within < 1:
         raise ValueError("the baseline needs at least two runs of one seed to measure training noise")
-    factor = sum(1 + 1 / len(baseline[s]) for s in seeds) / len(seeds)  # var(gain) = run var x (1 + 1/replicates)
     mean = sum(gains) / len(gains)
     between = sum((g - mean) ** 2 for g in gains)
     df = len(seeds) - 1 + df_within
-    half = student_t.ppf(0.5 + level / 2, df) * math.sqrt((between + factor * within) / df / len(seeds))
+    half = student_t.ppf(0.5 + level / 2, df) * math.sqrt((between + 2 * within) / df / len(seeds))
     return {"diff": mean, "low": float(mean - half), "high": float(mean + half), "df": df,
             "run_sd": math.sqrt(within / df_within), "seeds": len(seeds)}
 

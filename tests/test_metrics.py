@@ -104,32 +104,41 @@ def _runs(rng: random.Random, effect: float, noise: float, seeds: int = 3, repli
     return arm, {s: [level[s] + rng.gauss(0, noise) for _ in range(replicates)] for s in level}
 
 
-def test_gain_over_replicates_counts_training_noise_at_its_nominal_rate():
-    from evotrainer.metrics import gain_over_replicates
+def test_gain_over_stream_counts_training_noise_at_its_nominal_rate():
+    from evotrainer.metrics import gain_over_stream
 
     rng = random.Random(2)
     misses = 0
     for _ in range(2000):  # no effect, 2 points of training noise per run, 3 seeds: covers 0 about 95% of the time
-        got = gain_over_replicates(*_runs(rng, 0.0, 0.02))
+        got = gain_over_stream(*_runs(rng, 0.0, 0.02))
         misses += not got["low"] <= 0 <= got["high"]
     assert 0.035 <= misses / 2000 <= 0.065
-    found = sum(gain_over_replicates(*_runs(rng, 0.08, 0.02))["low"] > 0 for _ in range(200))
+    found = sum(gain_over_stream(*_runs(rng, 0.08, 0.02))["low"] > 0 for _ in range(200))
     assert found >= 180  # a gain of 4 run sds is seen
-    # the bench of stop 20 (static, static_rerun and evotrainer at 3 seeds), worked by hand: gains -0.8, +0.9,
-    # +0.9 points over the static runs' means; within-seed spread 6.12e-4 (3 df); t(0.975, 5 df) = 2.5706
-    got = gain_over_replicates({0: .343, 1: .188, 2: .283}, {0: [.363, .339], 1: [.188, .170], 2: [.283, .265]})
-    half = 2.5706 * math.sqrt((0.000193333 + 1.5 * 0.000612) / 5 / 3)
-    assert got["diff"] == pytest.approx(0.003333, abs=1e-6) and got["df"] == 5
+    # the bench of stop 20 (static, static_rerun and evotrainer at 3 seeds), worked by hand: gains -2.0, 0, 0 points
+    # over static on the same stream (over the static runs' means they were -0.8, +0.9, +0.9: static's own luck);
+    # within-seed spread 6.12e-4 (3 df); a gain is two runs apart: twice that; t(0.975, 5 df) = 2.5706
+    got = gain_over_stream({0: .343, 1: .188, 2: .283}, {0: [.363, .339], 1: [.188, .170], 2: [.283, .265]})
+    half = 2.5706 * math.sqrt((0.00026667 + 2 * 0.000612) / 5 / 3)
+    assert got["diff"] == pytest.approx(-0.006667, abs=1e-6) and got["df"] == 5
     assert got["high"] - got["diff"] == pytest.approx(half, rel=1e-3) and got["run_sd"] == pytest.approx(0.01428, 1e-3)
 
 
-def test_gain_over_replicates_needs_replicates_and_the_same_seeds():
-    from evotrainer.metrics import gain_over_replicates
+def test_an_arm_identical_to_static_on_its_stream_gains_exactly_zero():
+    from evotrainer.metrics import gain_over_stream
+
+    static = {0: [0.30, 0.27, 0.33], 1: [0.21, 0.25, 0.20], 2: [0.28, 0.31, 0.29]}  # static first, then its reruns
+    got = gain_over_stream({s: runs[0] for s, runs in static.items()}, static)
+    assert got["diff"] == 0.0 and got["low"] < 0 < got["high"]
+
+
+def test_gain_over_stream_needs_replicates_and_the_same_seeds():
+    from evotrainer.metrics import gain_over_stream
 
     with pytest.raises(ValueError, match="at least two runs"):
-        gain_over_replicates({0: 0.3, 1: 0.2}, {0: [0.3], 1: [0.25]})
+        gain_over_stream({0: 0.3, 1: 0.2}, {0: [0.3], 1: [0.25]})
     with pytest.raises(ValueError, match="same seeds"):
-        gain_over_replicates({0: 0.3}, {1: [0.3, 0.31]})
+        gain_over_stream({0: 0.3}, {1: [0.3, 0.31]})
 
 
 def _replayed(n_groups: int, seed: int) -> list[dict]:

@@ -188,7 +188,7 @@ def test_a_bench_arm_shows_every_arm_of_its_seed_on_one_chart(run_dir: Path, env
     page = (folder / "static-seed0" / "report.html").read_text()
     assert "static (this run)" in page and "minus static [95% paired]" in page and "+0.0% [+0.0%, +0.0%]" in page
     table = page[page.index('id="bench"'):page.index('id="health"')]
-    assert "minus static runs [95%, training noise counted]" in table and table.count("<td class=num>-</td>") == 4
+    assert "minus static, same stream [95%, training noise counted]" in table and table.count("<td class=num>-</td>") == 4
     assert page.count('<svg class="chart"') == 5 and "<script" not in page.lower()
 
 

@@ -11,9 +11,10 @@
 Every arm trains the same phases x steps from the same starting policy with the same seeds and tasks; within a
 seed, all arms are scored on the same held-out items, so each arm is compared with static paired per item and per
 seed (a two-level bootstrap: seeds, then items). That interval cannot see training's run-to-run noise with a few
-seeds; with static_rerun in the bench, every other arm is also compared with the mean of the static runs of its
-seed (static and its reruns), by a t interval over seeds that counts the noise their spread shows
-(``metrics.gain_over_replicates``; each extra rerun narrows it): read a claim from that one. Each arm-seed is an
+seeds; with static_rerun in the bench, every other arm is also compared with static on its own training stream (the
+same seed and training randomness: an arm identical to static scores exactly 0), by a t interval over seeds that
+counts the run-to-run noise the static runs' spread shows (``metrics.gain_over_stream``; each extra rerun narrows
+it): read a claim from that one. Each arm-seed is an
 ordinary run directory under the bench folder (``BENCH/<arm>-seed<N>``), resumable with the same command; results
 go to ``BENCH/bench.json`` and ``BENCH/bench.md``. ``--tasks FILE`` applies a YAML of config overrides (e.g.
 ``tasks: {mix: {"1": 1, "4": 3}}``) to every arm, so the same bench runs on other task mixes.
@@ -32,7 +33,7 @@ from typing import Any
 from evotrainer import config as config_mod
 from evotrainer.bench.arms import arm_overrides, expand_arms, run_dir_name, static_runs
 from evotrainer.console import Reporter
-from evotrainer.metrics import gain_over_replicates, paired_gain
+from evotrainer.metrics import gain_over_stream, paired_gain
 from evotrainer.report.history import phase_results
 from evotrainer.rundir import RunDir
 
@@ -134,9 +135,10 @@ def summarize(outcomes: dict[str, dict[int, dict]], seeds: list[int], phases: in
             entry["vs_static"] = paired_gain([(outcomes["static"][s]["final"].items, finals[s].items)
                                               for s in seeds])
         if arm not in baseline and len(baseline) > 1 and "static" in baseline:
-            entry["vs_static_runs"] = gain_over_replicates(
+            entry["vs_static_runs"] = gain_over_stream(  # static first: the arms' own training stream
                 {s: finals[s].accuracy for s in seeds},
-                {s: [outcomes[a][s]["final"].accuracy for a in baseline] for s in seeds})
+                {s: [outcomes[a][s]["final"].accuracy for a in ["static", *(b for b in baseline if b != "static")]]
+                 for s in seeds})
         arms[arm] = entry
     return {"arms": arms}
 
@@ -147,7 +149,7 @@ def _interval(vs: dict | None) -> str:
 
 def markdown(summary: dict) -> str:
     noise = any("vs_static_runs" in e for e in summary["arms"].values())
-    extra = " minus static runs, training noise counted (95% CI) |" if noise else ""
+    extra = " minus static, same stream, training noise counted (95% CI) |" if noise else ""
     lines = [f"# evotrainer bench: {len(summary['seeds'])} seed(s) x {summary['phases']} phases", "",
              f"| arm | held-out accuracy (mean) | per seed | minus static (paired 95% CI) |{extra} wall | outside "
              "training |", "|---|---|---|---|" + ("---|" if noise else "") + "---|---|"]
@@ -173,11 +175,13 @@ def markdown(summary: dict) -> str:
     if noise:
         vs = next(e["vs_static_runs"] for e in summary["arms"].values() if "vs_static_runs" in e)
         runs = static_runs(summary["arms"])
-        lines += ["", f"Training noise counted: per seed, an arm is compared with the mean of its {len(runs)} static "
-                  f"runs ({', '.join(runs)}), whose spread puts one run's training noise at {vs['run_sd']:.1%} (sd); "
-                  f"the interval is a t interval over the {vs['seeds']} seeds pooling that noise with the gains' "
-                  f"spread across seeds ({vs['df']} degrees of freedom). Read a claim from this column: the paired "
-                  "column resamples tasks and a few seeds, and cannot see the noise of training."]
+        lines += ["", f"Training noise counted: per seed, an arm is compared with static on the same training stream "
+                  f"(an arm identical to static scores exactly 0); the spread of the {len(runs)} static runs "
+                  f"({', '.join(runs)}) puts one run's training noise at {vs['run_sd']:.1%} (sd), and a gain, the "
+                  f"difference of two runs, carries twice its variance; the interval is a t interval over the "
+                  f"{vs['seeds']} seeds pooling that noise with the gains' spread across seeds ({vs['df']} degrees of "
+                  "freedom). Read a claim from this column: the paired column resamples tasks and a few seeds, and "
+                  "cannot see the noise of training."]
     return "\n".join(lines) + "\n"
 
 

@@ -203,7 +203,7 @@ def bench(d: dict) -> str:
                  gap(a.get("vs_static")), *([gap(a.get("vs_static_runs"))] if noise else []),
                  f"{a['wall_s']:.0f} s", _pct(a.get("outside_training"))] for arm, a in arms.items()]
         head = ["arm", "final accuracy (mean)", "per seed", "minus static [95% paired]",
-                *(["minus static runs [95%, training noise counted]"] if noise else []), "wall", "outside training"]
+                *(["minus static, same stream [95%, training noise counted]"] if noise else []), "wall", "outside training"]
         table = _table(head, rows, set(range(1, len(head))) - {2})
     return (f'<h2 id="bench">Bench: this run is the <code>{esc(b["this"])}</code> arm</h2>'
             + charts.bench(b) + table)
