@@ -1,7 +1,7 @@
 """How hard each math level is for the warmed-up starting policy: the figures the levels are calibrated on.
 
-    python benchmarks/calibrate_levels.py                      # seeds 0 1 2, the default config
-    python benchmarks/calibrate_levels.py --seeds 0 policy.tiny.warmup_target_accuracy=0.5
+    python benchmarks/calibrate_levels.py                      # calibration seeds 100 101 102, the default config
+    python benchmarks/calibrate_levels.py --seeds 100 policy.tiny.warmup_target_accuracy=0.5
 
 For each seed it makes the run's tasks (``training.train_pool_size``, ``training.eval_size``), builds and warms up
 the tiny policy exactly as ``evotrainer init``/``run`` do (cached under ``$EVOTRAINER_CACHE``; use a private one,
@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from evotrainer.bench.arms import CALIBRATION_SEEDS
 from evotrainer.config import apply_overrides, parse
 from evotrainer.domains import get_domain
 
@@ -98,7 +99,7 @@ def table(result: dict, group: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("overrides", nargs="*", help="config overrides, key=value (as for evotrainer init)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(CALIBRATION_SEEDS))
     ap.add_argument("--tasks", type=int, default=100, help="tasks per level for the group shares")
     ap.add_argument("--group", type=int, default=8, help="samples per group")
     ap.add_argument("--json", help="write the figures here")

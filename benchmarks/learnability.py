@@ -1,7 +1,7 @@
 """What training learned on each difficulty level: the figure task levels must be calibrated on for the bench to
 see anything (a harness can only amplify learning that training produces).
 
-    evotrainer bench runs/learn --arms static --seeds 0,1,2 --phases 2 --set training.steps_per_phase=1000
+    evotrainer bench runs/learn --arms static --calibration --seeds 100,101,102 --phases 2 --set training.steps_per_phase=1000
     python benchmarks/learnability.py runs/learn/static-seed*        # any run directories that trained
 
 For each run it prints, per level of the held-out split: the accuracy of the starting policy, after each phase, and

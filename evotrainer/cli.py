@@ -311,7 +311,9 @@ def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one
                                    help="comma-separated arms"),
           reruns: int = typer.Option(1, help="static runs besides static (static_rerun, static_rerun2, ...) when "
                                      "static_rerun is an arm: more of them narrow the noise-counted interval"),
-          seeds: str = typer.Option("0,1,2", help="comma-separated seeds"),
+          seeds: str = typer.Option("0,1,2", help="comma-separated seeds (bench seeds; 100-102 are calibration seeds)"),
+          calibration: bool = typer.Option(False, help="run on calibration seeds (100,101,102), where defaults are "
+                                           "chosen; a claim is read on bench seeds"),
           phases: int = typer.Option(3, help="training phases of every arm"),
           tasks: Optional[Path] = typer.Option(None, help="YAML of config overrides for every arm (a task mix)"),
           set_: list[str] = typer.Option([], "--set", help="override a config key in every arm")):
@@ -322,7 +324,7 @@ def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
         summary = run_bench(out, [a.strip() for a in arms.split(",") if a.strip()], seed_list, phases,
-                            load_tasks(tasks), set_, reruns=reruns)
+                            load_tasks(tasks), set_, reruns=reruns, calibration=calibration)
     except ValueError as err:  # ConfigError is a ValueError: a bad arm, seed list, key or task file
         _fail(str(err))
     console.print((out / "bench.md").read_text(), highlight=False, markup=False)

@@ -7,6 +7,7 @@ The fast test checks the comparison on made-up outcomes whose answer is known; t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -228,3 +229,17 @@ def test_a_run_longer_than_the_bench_is_scored_after_the_bench_s_last_phase(tmp_
         summary["arms"]["evotrainer"]
     table = markdown({**summary, "seeds": [0], "phases": 2, "wall_s": 1.0})
     assert "static-seed0 trained 3 phases: it is scored after phase 2" in table
+
+
+def test_bench_seeds_and_calibration_seeds_never_meet(tmp_path: Path):
+    """Defaults are chosen on calibration seeds; a bench that judges them is refused before anything trains."""
+    from evotrainer.bench.arms import BENCH_SEEDS, CALIBRATION_SEEDS
+    from evotrainer.bench.runner import run_bench
+    from evotrainer.config import ConfigError
+
+    assert not set(BENCH_SEEDS) & set(CALIBRATION_SEEDS)
+    with pytest.raises(ConfigError, match=r"--seeds: \[100\] are calibration seeds"):
+        run_bench(tmp_path / "b", ["static"], [0, 100], 1)
+    with pytest.raises(ConfigError, match=r"--seeds: \[0\] are no calibration seeds"):
+        run_bench(tmp_path / "b", ["static"], [0, 101], 1, calibration=True)
+    assert not (tmp_path / "b").exists()  # refused before any folder was made

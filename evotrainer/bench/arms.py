@@ -28,6 +28,25 @@ ARMS = {
 
 RERUN = "static_rerun"  # static trained again: rerun 1 is this arm, rerun k >= 2 is static_rerun<k>
 
+# Claims are read on bench seeds; defaults (batch, learning rate, warm-up, levels) are chosen on calibration seeds
+# (benchmarks/learnability.py, benchmarks/calibrate_levels.py). The two never meet, or a default would be tuned to
+# the noise of the seeds that then judge it.
+BENCH_SEEDS = (0, 1, 2)
+CALIBRATION_SEEDS = (100, 101, 102)
+
+
+def check_seeds(seeds: list[int], calibration: bool = False) -> None:
+    """A bench runs on bench seeds, or (``calibration``) only on calibration seeds; ConfigError, one line, else."""
+    if not seeds:
+        raise ConfigError("--seeds: no seed given")
+    if calibration and (other := [s for s in seeds if s not in CALIBRATION_SEEDS]):
+        raise ConfigError(f"--seeds: {other} are no calibration seeds ({', '.join(map(str, CALIBRATION_SEEDS))}); "
+                          "a calibration bench chooses defaults on those alone")
+    if not calibration and (cal := [s for s in seeds if s in CALIBRATION_SEEDS]):
+        raise ConfigError(f"--seeds: {cal} are calibration seeds (defaults are chosen on "
+                          f"{', '.join(map(str, CALIBRATION_SEEDS))}): a bench that judges them is not independent "
+                          "of its defaults; use other seeds, or --calibration to choose a default on them")
+
 
 def rerun_arm(k: int) -> str:
     """The arm that trains static again with ``training.rerun: k`` (k >= 1)."""

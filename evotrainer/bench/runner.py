@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from evotrainer import config as config_mod
-from evotrainer.bench.arms import arm_overrides, expand_arms, run_dir_name, static_runs
+from evotrainer.bench.arms import arm_overrides, check_seeds, expand_arms, run_dir_name, static_runs
 from evotrainer.console import Reporter
 from evotrainer.metrics import gain_over_stream, paired_gain
 from evotrainer.report.history import phase_results
@@ -83,11 +83,14 @@ def _outcome(rd: RunDir, phases: int) -> dict[str, Any]:
 
 
 def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: dict | None = None,
-              overrides: list[str] = (), reporter: Reporter | None = None, reruns: int = 1) -> dict:
+              overrides: list[str] = (), reporter: Reporter | None = None, reruns: int = 1,
+              calibration: bool = False) -> dict:
     """Run (or resume) every arm for every seed (with ``reruns`` static runs besides static when static_rerun is
-    among the arms), then compare each arm with static; write bench.json/.md."""
+    among the arms), then compare each arm with static; write bench.json/.md. Bench seeds and calibration seeds are
+    kept apart (:func:`~evotrainer.bench.arms.check_seeds`)."""
     from evotrainer.run import run
 
+    check_seeds(seeds, calibration)
     reporter = reporter or Reporter()
     arms = expand_arms(arms, reruns)
     out.mkdir(parents=True, exist_ok=True)
@@ -111,7 +114,7 @@ def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: 
                           f"(start {outcomes[arm][seed]['baseline']:.1%})")
         bar(step=len(planned), total=len(planned))
     summary = summarize(outcomes, seeds, phases)
-    summary.update(phases=phases, seeds=seeds, arm_order=arms, wall_s=round(time.time() - t0, 1), tasks=tasks,
+    summary.update(phases=phases, seeds=seeds, calibration=calibration, arm_order=arms, wall_s=round(time.time() - t0, 1), tasks=tasks,
                    overrides=list(overrides))
     (out / "bench.json").write_text(json.dumps(summary, indent=1))
     (out / "bench.md").write_text(markdown(summary))
