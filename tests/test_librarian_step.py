@@ -79,3 +79,21 @@ def test_the_realized_effect_decides_rollback_and_the_skill_s_win(tmp_path: Path
         assert [e["kind"] for e in map(json.loads, rd.events_path.read_text().splitlines())].count("rolled_back") == 1
     else:
         assert not done.reverted_sha and main.hexsha == merged
+
+
+def test_the_phase_end_of_a_baseline_shows_no_realized_effect(tmp_path: Path):
+    """keep/discard writes its verdict into ``Promotion.effect`` and no ``effect`` note: the phase's summary (the
+    run's, after the Librarian) has no realized effect to show for it, rather than a note that is not there."""
+    from evotrainer import config as C
+
+    rd = make_run(tmp_path / "run")
+    rt = runtime(rd, trainer=None)
+    try:
+        promo = promoted(rt.repo, "warmer", 1.3).model_copy(update={"effect": "kept: held-out accuracy 1% -> 2%"})
+        state = RunState(phase=2, results=[_result(1, promo.main_sha, _eval(set(range(3)))),
+                                           _result(2, promo.main_sha, _eval(set(range(6))))], promotions=[promo])
+        rt.cfg = C.apply_overrides(rt.cfg, ["evolution.mode=keep_discard"])
+        assert librarian.effects(rt, state) == []
+        librarian.step(rt, state)  # records no effect for it either
+    finally:
+        rt.close()

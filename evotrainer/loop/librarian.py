@@ -20,8 +20,12 @@ from evotrainer.loop.state import RunState
 
 
 def effects(rt: Runtime, state: RunState) -> list[dict]:
-    """The realized effects measured this phase, as their ``effect`` notes ({"branch", **note})."""
-    return [{"branch": p.branch, **(rt.repo.note(p.sha, ref="effect") or {})} for p in measured(rt, state)]
+    """The realized effects the effect step measured this phase, as their ``effect`` notes ({"branch", **note});
+    none in the baselines (keep/discard writes its own verdict into ``Promotion.effect``, and no note)."""
+    if rt.cfg.evolution.mode != "evolve":
+        return []
+    notes = ((p.branch, rt.repo.note(p.sha, ref="effect")) for p in measured(rt, state))
+    return [{"branch": branch, **note} for branch, note in notes if note]
 
 
 def step(rt: Runtime, state: RunState) -> dict:
@@ -33,11 +37,10 @@ def step(rt: Runtime, state: RunState) -> dict:
         cand = cands.get(report.branch)
         if cand is not None:
             lib.record_outcome(cand, report, diags.get(cand.diagnosis_id), rt.cfg.domain)
-    done = effects(rt, state) if rt.cfg.evolution.mode == "evolve" else []
+    done = effects(rt, state)
     by_branch = {p.branch: p for p in state.promotions}
     for effect in done:
-        if "won" in effect:
-            lib.record_effect(by_branch[effect["branch"]].model_dump(mode="json"), effect, rt.cfg.domain)
+        lib.record_effect(by_branch[effect["branch"]].model_dump(mode="json"), effect, rt.cfg.domain)
     rt.emit("node_end", node="librarian", phase=state.phase, agent="librarian",
             model=rt.cfg.agents.role("librarian").model,
             outcomes=len(state.reports), effects=[e["branch"] for e in done], seconds=round(time.time() - t0, 2))
