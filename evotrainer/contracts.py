@@ -69,6 +69,7 @@ class PhaseResult(_Model):
     checkpoint_path: str
     wall_time_s: float
     tokens: int = Field(description="completion tokens generated while training")
+    completions: int = Field(0, description="completions generated while training (every group, kept or not)")
     skipped_batches: int = Field(0, description="batches where the harness filters kept nothing")
     sandbox_attempts: list[dict] = Field(
         default_factory=list, description="what harness code tried in the sandbox while training (denied): "

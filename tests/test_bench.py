@@ -243,3 +243,17 @@ def test_bench_seeds_and_calibration_seeds_never_meet(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"--seeds: \[0\] are no calibration seeds"):
         run_bench(tmp_path / "b", ["static"], [0, 101], 1, calibration=True)
     assert not (tmp_path / "b").exists()  # refused before any folder was made
+
+
+def test_each_arm_reports_the_completions_it_generated_beside_its_steps():
+    """Equal steps are not an equal budget when an arm also trains trials and counterfactuals: both are counted."""
+    def run(judging: int) -> dict:
+        return {"final": _final(set(range(60))), "wall_s": 100.0, "training_s": 90.0,
+                "completions": {"phases": 3 * 60 * 256, "judging": judging}}
+
+    arms = summarize({"static": {s: run(0) for s in (0, 1)}, "evotrainer": {s: run(7_680) for s in (0, 1)}},
+                     [0, 1], 3)["arms"]
+    assert arms["static"]["completions"] == {"phases": 92_160, "judging": 0}
+    assert arms["evotrainer"]["completions"] == {"phases": 92_160, "judging": 15_360}
+    table = markdown({"arms": arms, "seeds": [0, 1], "phases": 3, "wall_s": 1.0})
+    assert "| 92,160 + 15,360 |" in table and "| 92,160 + 0 |" in table

@@ -409,6 +409,7 @@ def test_a_pilot_sees_the_same_tasks_as_main_and_publishes_nothing(run_dir: RunD
     main_rows, cand_rows = read_rollouts(Path(main.rollout_path)), read_rollouts(Path(cand.rollout_path))
     assert [r["task_id"] for r in main_rows] == [r["task_id"] for r in cand_rows] and len(main_rows) == 2 * 4 * 8
     assert {r["harness_sha"] for r in cand_rows} == {hot} and main.stats["groups"] == 8
+    assert main.completions == cand.completions == 2 * 4 * 8  # what a trial costs, charged to its run's budget
     assert [r["completion"] for r in main_rows] != [r["completion"] for r in cand_rows]  # the knob acted
     assert not run_dir.checkpoint(30).exists() and not run_dir.rollout_file(30).exists()
     # both arms are scored on the same probe tasks, from the training pool, never the held-out split

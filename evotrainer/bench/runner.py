@@ -77,9 +77,12 @@ def _outcome(rd: RunDir, phases: int) -> dict[str, Any]:
     wall = sum(e.get("wall_time_s", 0.0) for e in rd.events.read("run_done")) - setup
     training = sum(r.wall_time_s for r in results)
     baseline = rd.baseline()
+    judging = sum(e.get("completions", 0) for kind in ("trial", "counterfactual") for e in rd.events.read(kind)
+                  if e.get("phase", 0) <= phases)  # the bench's budget: a longer run's later judging is not counted
     return {"final": results[phases - 1].eval, "accuracy": [r.eval.accuracy for r in results[:phases]],
             "baseline": baseline.accuracy if baseline else None, "wall_s": wall, "training_s": training,
-            "phases_trained": len(results)}
+            "phases_trained": len(results),
+            "completions": {"phases": sum(r.completions for r in results[:phases]), "judging": judging}}
 
 
 def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: dict | None = None,
@@ -131,7 +134,9 @@ def summarize(outcomes: dict[str, dict[int, dict]], seeds: list[int], phases: in
         training = sum(by_seed[s]["training_s"] for s in seeds)
         entry = {"accuracy": sum(f.accuracy for f in finals.values()) / len(seeds),
                  "per_seed": {str(s): finals[s].accuracy for s in seeds}, "wall_s": round(wall, 1),
-                 "outside_training": round(1 - training / wall, 3) if wall else None}
+                 "outside_training": round(1 - training / wall, 3) if wall else None,
+                 "completions": {part: sum(by_seed[s].get("completions", {}).get(part, 0) for s in seeds)
+                                 for part in ("phases", "judging")}}
         if longer := {str(s): n for s in seeds if (n := by_seed[s].get("phases_trained", 0)) > phases}:
             entry["phases_trained"] = longer  # scored after the bench's last phase; time over all of them
         if arm != "static" and "static" in outcomes:
@@ -155,17 +160,21 @@ def markdown(summary: dict) -> str:
     extra = " minus static, same stream, training noise counted (95% CI) |" if noise else ""
     lines = [f"# evotrainer bench: {len(summary['seeds'])} seed(s) x {summary['phases']} phases", "",
              f"| arm | held-out accuracy (mean) | per seed | minus static (paired 95% CI) |{extra} wall | outside "
-             "training |", "|---|---|---|---|" + ("---|" if noise else "") + "---|---|"]
+             "training | completions: phases + judging |", "|---|---|---|---|" + ("---|" if noise else "") + "---|---|---|"]
     for arm, e in summary["arms"].items():
         per_seed = ", ".join(f"{v:.1%}" for v in e["per_seed"].values())
         cells = [arm, f"{e['accuracy']:.1%}", per_seed, _interval(e.get("vs_static"))]
         cells += [_interval(e.get("vs_static_runs"))] if noise else []
         cells += [f"{e['wall_s']:.0f} s", f"{e['outside_training']:.0%}" if e["outside_training"] is not None else "-"]
+        done = e.get("completions", {})
+        cells += [f"{done.get('phases', 0):,} + {done.get('judging', 0):,}"]
         lines.append("| " + " | ".join(cells) + " |")
     total = sum(e["wall_s"] for e in summary["arms"].values())
     lines += ["", f"Runs' wall time {total:.0f} s in all (building the starting policy excluded); outside training = "
               "agents, backtests, trials, counterfactuals, the starting policy's evaluation and orchestration (a "
-              "phase's own held-out evaluation counts with its training). Paired per held-out task and per seed (all "
+              "phase's own held-out evaluation counts with its training). Completions are every generated completion: "
+              "the phases' own (equal across arms by construction) and judging's (A/B trials, counterfactuals), which "
+              "the arms' equal step budgets do not count. Paired per held-out task and per seed (all "
               "arms of a seed are scored on the same tasks); the interval bootstraps seeds, then tasks."]
     if reruns := [a for a in static_runs(summary["arms"]) if a != "static"]:
         lines += ["", f"{', '.join(reruns)} {'is' if len(reruns) == 1 else 'are'} static trained again with other "

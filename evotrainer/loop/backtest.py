@@ -51,12 +51,14 @@ class Testbed:
     def trial(self, candidate: Candidate) -> Check:
         """The A/B decision (``backtest.trial_verdict``: attempts made while training reject first)."""
         try:
-            if self._main_arm is None:
+            new_main = self._main_arm is None  # main's arm is trained once per phase: charged once
+            if new_main:
                 self._main_arm = self._arm(self.main_sha)
             cand = self._arm(candidate.sha)
         except TrainerError as err:
             return Check(name=TRIAL, passed=False, detail=f"the trial failed in the trainer: {err}")
-        self.rt.emit("trial", phase=self.phase, branch=candidate.branch,
+        spent = sum(r.completions for r in [*cand, *(self._main_arm if new_main else [])])
+        self.rt.emit("trial", phase=self.phase, branch=candidate.branch, completions=spent,
                      main=[r.probe.accuracy for r in self._main_arm], candidate=[r.probe.accuracy for r in cand],
                      sandbox_attempts=[a for r in cand for a in r.sandbox_attempts][:20])
         return trial_verdict(self._main_arm, cand)

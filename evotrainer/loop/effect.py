@@ -47,18 +47,21 @@ def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult) -> list[tu
     seeds = rt.cfg.evolution.counterfactual_seeds
     runs = [(without, 0)] + [(sha, r) for r in range(1, seeds) for sha in (without, after.harness_sha)]
     req = rt.request(phase, without, steps, pilot=True).model_copy(update={"held_out": True})
-    scored = {}
+    scored, spent = {}, 0
     try:
         for i, (sha, replicate) in enumerate(runs):
             which = "without" if sha == without else "with"
             with rt.reporter.progress(f"phase {phase}: counterfactual {i + 1}/{len(runs)} ({which} {promo.branch}, "
                                       f"seed {replicate})", steps) as bar:
-                scored[sha, replicate] = rt.trainer.run_pilot(
-                    req.model_copy(update={"harness_sha": sha, "replicate": replicate}), on_progress=bar,
-                    timeout_s=rt.cfg.trainer.phase_timeout_s).probe
+                pilot = rt.trainer.run_pilot(req.model_copy(update={"harness_sha": sha, "replicate": replicate}),
+                                             on_progress=bar, timeout_s=rt.cfg.trainer.phase_timeout_s)
+            scored[sha, replicate], spent = pilot.probe, spent + pilot.completions
     except TrainerError as err:
         rt.emit("counterfactual_error", phase=phase, branch=promo.branch, error=str(err))
         return None
+    finally:
+        if runs:  # what the counterfactual cost, charged to the run (the bench counts it per arm)
+            rt.emit("counterfactual", phase=phase, branch=promo.branch, runs=len(scored), completions=spent)
     return [(scored[without, 0], after.eval)] + [(scored[without, r], scored[after.harness_sha, r])
                                                   for r in range(1, seeds)]
 

@@ -305,8 +305,8 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
         phase=req.phase, harness_sha=req.harness_sha, steps=req.steps,
         train={k: v for k, v in train.items() if v is not None},
         eval=result_eval, rollout_path=str(rollout_path), checkpoint_path=str(ckpt),
-        wall_time_s=round(time.time() - t0, 2), tokens=hooks.tokens, skipped_batches=hooks.skipped_batches,
-        sandbox_attempts=out.attempts,
+        wall_time_s=round(time.time() - t0, 2), tokens=hooks.tokens, completions=len(hooks.rollouts),
+        skipped_batches=hooks.skipped_batches, sandbox_attempts=out.attempts,
     )
     (tmp / "result.json").write_text(result.model_dump_json(indent=1))
     shutil.rmtree(ckpt, ignore_errors=True)
@@ -362,5 +362,5 @@ def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotRe
         probe = evaluate(trained.model, trained.tokenizer, trained.domain, tasks, req.training.eval_max_new_tokens,
                          trained.device, samples=req.training.eval_samples, chat=req.policy.chat)
     return PilotResult(harness_sha=req.harness_sha, steps=req.steps, replicate=req.replicate, rollout_path=str(out),
-                       stats=group_stats([r.model_dump() for r in trained.hooks.rollouts]), probe=probe,
+                       completions=len(trained.hooks.rollouts), stats=group_stats([r.model_dump() for r in trained.hooks.rollouts]), probe=probe,
                        wall_time_s=round(time.time() - t0, 2), sandbox_attempts=trained.attempts)

@@ -101,6 +101,7 @@ class PilotResult(_Wire):
     steps: int
     replicate: int = 0
     rollout_path: str
+    completions: int = Field(0, description="completions generated while training (every group, kept or not)")
     stats: dict[str, float]
     probe: EvalResult | None = Field(None, description="the trained policy scored on the probe split")
     wall_time_s: float
