@@ -76,17 +76,20 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
                 graph = build_graph(rt, saver)
                 snap = graph.get_state(run_thread)
                 waiting = waiting_for(snap)  # a gate's question, unanswered
+                ended = 0  # phase ends this process saw
                 if waiting and decision is None:
                     pass  # it stays paused until `evotrainer approve`
                 elif snap.next:
                     reporter.info(f"resuming at node {snap.next[0]} (phase {snap.values.get('phase', 0)})")
                     rd.events.emit("resume", node=snap.next[0], phase=snap.values.get("phase", 0),
                                    decision=decision if waiting else None)
-                    _drive(rt, graph, Command(resume=decision) if waiting else None, run_thread)
+                    ended = _drive(rt, graph, Command(resume=decision) if waiting else None, run_thread)
                 elif snap.values.get("phase", 0) < cfg.phases:
-                    _drive(rt, graph, {"phase": snap.values.get("phase", 0)}, run_thread)
+                    ended = _drive(rt, graph, {"phase": snap.values.get("phase", 0)}, run_thread)
                 snap = graph.get_state(run_thread)
                 values, waiting = snap.values, waiting_for(snap)
+                if not ended and values.get("results"):  # e.g. killed between its last Librarian and the report
+                    write_quietly(rd, values.get("phase", 0))
         if waiting:
             raise RunPaused(waiting.get("gate", "gate"), describe(waiting))
     except RunPaused as paused:  # the human gate, or a spent LLM budget: the state is kept, nothing failed
@@ -109,12 +112,15 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
     return values
 
 
-def _drive(rt, graph, start, run_thread) -> None:
+def _drive(rt, graph, start, run_thread) -> int:
     """Run the graph from ``start`` (fresh input, a gate's answer, or None to resume), ending each phase after its
-    Librarian step: the phase's summary, the report, the status."""
+    Librarian step: the phase's summary, the report, the status. Returns how many phases it ended."""
+    ended = 0
     for update in graph.stream(start, run_thread, stream_mode="updates", durability="sync"):
         if "librarian" in update:
             _phase_end(rt, RunState.model_validate(graph.get_state(run_thread).values))
+            ended += 1
+    return ended
 
 
 def _phase_end(rt, state: RunState) -> None:

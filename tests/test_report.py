@@ -52,6 +52,17 @@ def run_dir(tmp_path_factory, env) -> Path:
     return run
 
 
+def test_a_finished_run_run_again_writes_its_report(run_dir: Path, env: dict, tmp_path: Path):
+    """The run writes the report after each phase's Librarian; one killed between the two still gets its page when
+    it is run again (nothing left to train), as does a finished run whose page was deleted."""
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    (copy / "report.html").unlink()
+    cli(["run", str(copy)], env)
+    assert (copy / "report.html").is_file()
+    assert [e for e in map(json.loads, (copy / "events.jsonl").read_text().splitlines())][-2]["kind"] == "report"
+
+
 @pytest.fixture(scope="module")
 def hostile_run(run_dir, tmp_path_factory) -> Path:
     """A copy of the run whose phase-1 rollouts carry markup in the best completion, a prompt and a task id."""
