@@ -56,6 +56,17 @@ def test_two_lora_phases_of_the_loop_on_smollm2(smollm2: Path, tmp_path: Path, c
     sets = [f"policy.model={smollm2}", "policy.lora=true", "policy.lora_rank=8", "harness=math_chat", "phases=2",
             *SMALL]
     cli(["init", str(run), *[a for s in sets for a in ("--set", s)]], cli_env)
+    # a dense term beside correctness: 2 x 2 x 8 completions of a 135M model are often all wrong, and an all-wrong
+    # batch has no advantage at all, so without it whether the adapter moves would hang on the draw of the seeds
+    from evotrainer.harness.repo import HarnessRepo
+
+    repo = HarnessRepo(run / "harness")
+    rewards = repo.show_file("main", "rewards.py").replace(
+        'COMPONENTS = {"correct": correct}',
+        'def brief(sample: dict) -> float:\n    return -0.01 * sample["completion_tokens"]\n\n\n'
+        'COMPONENTS = {"correct": correct, "brief": brief}')
+    repo.commit_candidate("candidates/test-dense", repo.sha("main"), {"rewards.py": rewards}, "dense reward", "test", {})
+    repo.promote("candidates/test-dense", "Promote the test's dense reward", "test", {})
     cli(["run", str(run)], cli_env, timeout=1800)
 
     status = json.loads(cli(["status", str(run), "--json"], cli_env).stdout)
