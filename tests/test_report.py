@@ -52,6 +52,7 @@ def run_dir(tmp_path_factory, env) -> Path:
     return run
 
 
+@pytest.mark.slow  # a whole `evotrainer run` (the trainer service started, nothing left to train)
 def test_a_finished_run_run_again_writes_its_report(run_dir: Path, env: dict, tmp_path: Path):
     """The run writes the report after each phase's Librarian; one killed between the two still gets its page when
     it is run again (nothing left to train), as does a finished run whose page was deleted."""
