@@ -82,6 +82,10 @@ class Commit(NamedTuple):
     tree: str
 
 
+def _as_commit(c: git.Commit) -> Commit:
+    return Commit(c.hexsha, c.message, c.summary, [p.hexsha for p in c.parents], c.tree.hexsha)
+
+
 class HarnessRepo:
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -121,13 +125,7 @@ class HarnessRepo:
         """``names`` as they were on main just before the merge commit ``merge_sha`` (None: not there yet): what
         undoing that merge restores."""
         parent = self.repo.commit(merge_sha).parents[0].hexsha
-        out: dict[str, str | None] = {}
-        for name in names:
-            try:
-                out[name] = self.show_file(parent, name)
-            except git.GitCommandError:
-                out[name] = None
-        return out
+        return {name: self.read(parent, name) for name in names}
 
     def knobs(self, ref: str) -> Knobs:
         """harness.yaml at ``ref``, read with ``git show`` (no checkout) and validated."""
@@ -146,13 +144,12 @@ class HarnessRepo:
             c = self.repo.commit(ref)  # a tag is peeled to the commit it marks
         except (git.BadName, git.BadObject, git.GitCommandError, ValueError, KeyError, IndexError):
             raise ValueError(f"{ref!r} is not a branch, tag or commit of {self.path}") from None
-        return Commit(c.hexsha, c.message, c.summary, [p.hexsha for p in c.parents], c.tree.hexsha)
+        return _as_commit(c)
 
     def log(self, ref: str = "main", max_count: int = 50, first_parent: bool = False) -> list[Commit]:
         """The commits reachable from ``ref``, newest first (``first_parent``: main's own line, not the branches
         merged into it)."""
-        return [Commit(c.hexsha, c.message, c.summary, [p.hexsha for p in c.parents], c.tree.hexsha)
-                for c in self.repo.iter_commits(ref, first_parent=first_parent, max_count=max_count)]
+        return [_as_commit(c) for c in self.repo.iter_commits(ref, first_parent=first_parent, max_count=max_count)]
 
     def merge_base(self, a: str, b: str) -> str | None:
         bases = self.repo.merge_base(a, b)

@@ -134,7 +134,7 @@ def accuracy_note(won: bool, change: float, margin: float) -> str:
     return " on the targeted metric; the accuracy change is within noise"
 
 
-def measured(rt: Runtime, state: RunState) -> list[Promotion]:
+def measured_this_phase(state: RunState) -> list[Promotion]:
     """The promotions whose realized effect this phase measured (made after the previous phase, effect set)."""
     return [p for p in state.promotions if p.phase == state.phase - 1 and p.effect]
 
@@ -160,5 +160,5 @@ def step(rt: Runtime, state: RunState) -> dict:
         rt.emit("realized_effect", phase=state.phase, branch=promo.branch, **effect)
     escalation.rollback(rt, state)  # stalled and below the last known-good accuracy: main goes back (new commit)
     rt.emit("node_end", node="effect", phase=state.phase, seconds=round(time.time() - t0, 2),
-            effects=[p.branch for p in measured(rt, state.model_copy(update={"promotions": promotions}))])
+            effects=[p.branch for p in measured_this_phase(state.model_copy(update={"promotions": promotions}))])
     return {"promotions": promotions}

@@ -14,7 +14,7 @@ import time
 from langgraph.graph import END
 
 from evotrainer.loop import train
-from evotrainer.loop.effect import measured
+from evotrainer.loop.effect import measured_this_phase
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 
@@ -24,7 +24,7 @@ def effects(rt: Runtime, state: RunState) -> list[dict]:
     none in the baselines (keep/discard writes its own verdict into ``Promotion.effect``, and no note)."""
     if rt.cfg.evolution.mode != "evolve":
         return []
-    notes = ((p.branch, rt.repo.note(p.sha, ref="effect")) for p in measured(rt, state))
+    notes = ((p.branch, rt.repo.note(p.sha, ref="effect")) for p in measured_this_phase(state))
     return [{"branch": branch, **note} for branch, note in notes if note]
 
 
