@@ -3,7 +3,7 @@
 The built-in (heuristic) Diagnostician computes a health report in four layers and turns each rule that fires
 into a Diagnosis carrying its figures with 95% intervals and example rollout ids:
 
-    score     held-out accuracy against the best earlier phase or the starting policy (paired per held-out task)
+    score     dev accuracy against the best earlier phase or the starting policy (paired per dev task)
     signal    dead-group ratio, dead groups that still train, kept fraction
     behavior  format failures, truncation, verified-correct-but-truncated, reward/verified disagreement,
               completion-length trend
@@ -70,23 +70,23 @@ class HeuristicDiagnostician:
 
     # score ----------------------------------------------------------------------------------------------------
     def _score(self, ev: PhaseEvidence) -> Diagnosis | None:
-        earlier = [(f"phase {r.phase}", r.eval) for r in ev.results[:-1]]
+        earlier = [(f"phase {r.phase}", r.dev) for r in ev.results[:-1]]
         if ev.baseline is not None:
             earlier.append(("the starting policy", ev.baseline))
         if not earlier:
             return None
-        cur = ev.current.eval
+        cur = ev.current.dev
         where, best = max(earlier, key=lambda e: e[1].accuracy)
-        change = accuracy_change(best, cur)  # paired per held-out task when both scored the same tasks
+        change = accuracy_change(best, cur)  # paired per dev task when both scored the same tasks
         if change["high"] >= 0:
             return None
         drop = -change["change"]
-        how = "paired on the same held-out tasks" if change["method"] == "paired bootstrap" else "unpaired"
+        how = "paired on the same dev tasks" if change["method"] == "paired bootstrap" else "unpaired"
         return Diagnosis(
             id="", layer="score", failure_mode="accuracy_regression",
-            statement=f"Held-out accuracy fell to {cur.accuracy:.1%} from {best.accuracy:.1%} ({where}): "
+            statement=f"Dev accuracy fell to {cur.accuracy:.1%} from {best.accuracy:.1%} ({where}): "
                       f"{-drop:+.1%}, 95% CI {change['low']:+.1%} to {change['high']:+.1%} ({how}).",
-            evidence=[MetricEvidence(name="eval_accuracy_drop", value=drop, low=-change["high"], high=-change["low"],
+            evidence=[MetricEvidence(name="dev_accuracy_drop", value=drop, low=-change["high"], high=-change["low"],
                                      n=cur.n, threshold=0.0)],
             severity=min(1.0, 0.5 + drop * 5), confidence=0.9,
         )
@@ -95,7 +95,7 @@ class HeuristicDiagnostician:
         promo = ev.last_promotion
         if not promo or len(ev.results) < 2:
             return None
-        cur, prev = ev.current.eval, ev.results[-2].eval
+        cur, prev = ev.current.dev, ev.results[-2].dev
         change = accuracy_change(prev, cur)
         if change["high"] >= 0:
             return None
@@ -105,7 +105,7 @@ class HeuristicDiagnostician:
             statement=f"Accuracy fell {drop:.1%} (to {cur.accuracy:.1%}; 95% CI of the change {change['low']:+.1%} "
                       f"to {change['high']:+.1%}) in the first phase trained on {promo.get('branch')} "
                       f"({promo.get('intervention')}).",
-            evidence=[MetricEvidence(name="eval_accuracy_drop", value=drop, low=-change["high"], high=-change["low"],
+            evidence=[MetricEvidence(name="dev_accuracy_drop", value=drop, low=-change["high"], high=-change["low"],
                                      n=cur.n, threshold=0.0)],
             severity=min(1.0, 0.5 + drop * 5), confidence=0.9,
         )

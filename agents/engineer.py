@@ -119,7 +119,7 @@ def subtraction(ctx: EngineerContext, d: Diagnosis, k: int) -> Candidate | None:
             hypothesis=f"If {c.variable} goes back to what it was before {promo.branch}, the stall ends, because "
                        f"that edit has not paid off (diagnosis: {d.failure_mode})",
             variable=c.variable, target_metric=c.target_metric, direction="up" if c.direction == "down" else "down",
-            expected=f"{c.target_metric} returns toward its value before {promo.branch}; held-out accuracy holds",
+            expected=f"{c.target_metric} returns toward its value before {promo.branch}; dev accuracy holds",
             rollback=f"merge {promo.branch} again", files=sorted(edits))
         return commit(ctx, d, cand, edits, f"{c.variable}: undo {promo.branch} (subtraction)",
                       f"{ctx.escalation}\n\nSubtraction: {promo.branch} ({c.intervention}) is undone.")

@@ -3,7 +3,7 @@ history.
 
     sql       DuckDB over two tables: ``rollouts`` (every phase's parquet file, one row per completion, with a
               ``rollout_id`` = group_id/sample_idx) and ``scalars`` (phase, name, value: the trainer's logged
-              figures per phase and held-out accuracy, overall and per level)
+              figures per phase and dev accuracy, overall and per level)
     sample    rollouts by id, or by a WHERE clause over ``rollouts``: prompt, completion, reward, verified, ...
     registry  main's diagnostics registry on the phase's rollouts (each metric's value and alert threshold)
     history   the run so far: per-phase accuracy, and every candidate edit with its verdict and realized effect
@@ -75,17 +75,17 @@ class EvidenceTools:
 
         rd = RunDir(Path(run_dir))
         results = phase_results(rd)
-        return cls({r.phase: r.rollout_path for r in results}, results, None, harness_log(rd), rd.baseline())
+        return cls({r.phase: r.rollout_path for r in results}, results, None, harness_log(rd), rd.baseline(split="dev"))
 
     def _scalars(self):
         if self.baseline is not None:
-            yield 0, {"eval_accuracy": self.baseline.accuracy,
-                      **{f"eval_accuracy_level_{k}": v for k, v in self.baseline.by_difficulty.items()}}
+            yield 0, {"dev_accuracy": self.baseline.accuracy,
+                      **{f"dev_accuracy_level_{k}": v for k, v in self.baseline.by_difficulty.items()}}
         for r in self.results:
-            yield r.phase, {**{k: float(v) for k, v in r.train.items()}, "eval_accuracy": r.eval.accuracy,
-                            "eval_n": float(r.eval.n), "tokens": float(r.tokens), "skipped_batches":
+            yield r.phase, {**{k: float(v) for k, v in r.train.items()}, "dev_accuracy": r.dev.accuracy,
+                            "dev_n": float(r.dev.n), "tokens": float(r.tokens), "skipped_batches":
                             float(r.skipped_batches),
-                            **{f"eval_accuracy_level_{k}": v for k, v in r.eval.by_difficulty.items()}}
+                            **{f"dev_accuracy_level_{k}": v for k, v in r.dev.by_difficulty.items()}}
 
     # --- the tools --------------------------------------------------------------------------------------------
     def query(self, sql: str, limit: int = MAX_ROWS) -> tuple[list[str], list[tuple]]:
@@ -121,10 +121,10 @@ class EvidenceTools:
         return json.dumps(self.registry_data, default=str)[:4000] or "{}"
 
     def history(self) -> str:
-        lines = [f"phase {r.phase}: held-out accuracy {r.eval.accuracy:.3f} (n={r.eval.n}), harness "
+        lines = [f"phase {r.phase}: dev accuracy {r.dev.accuracy:.3f} (n={r.dev.n}), harness "
                  f"{r.harness_sha[:8]}" for r in self.results]
         if self.baseline is not None:
-            lines.insert(0, f"starting policy: held-out accuracy {self.baseline.accuracy:.3f}")
+            lines.insert(0, f"starting policy: dev accuracy {self.baseline.accuracy:.3f}")
         for e in self.history_data[-12:]:
             lines.append(f"{e['branch']}: {e['state']}; {e.get('variable', '')}; {e.get('diagnosis', '')[:120]}; "
                          f"verdict {e['verdict']}: {'; '.join(e.get('reasons', []))[:200]}; effect "

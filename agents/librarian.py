@@ -3,7 +3,7 @@
 A skill is "when <failure mode> shows up, <intervention> moves <metric>", with its evidence: every candidate
 that tried it (commit, backtest verdict and reasons) and, for promoted ones, the realized effect measured after
 the next phase trained. Rejections count as uses without a win; a promoted edit wins when its realized effect
-raised held-out accuracy beyond the paired margin of its counterfactual (the old main trained from the same
+raised dev accuracy beyond the paired margin of its counterfactual (the old main trained from the same
 checkpoint with the same seeds: ``evotrainer.loop.effect.realized_effect``; with ``evolution.counterfactual``
 off, when the metric moved as promised and accuracy rose beyond the unpaired margin between consecutive phases).
 The Engineer retrieves skills (by meaning of the diagnosis, filtered by failure mode and domain) before it falls

@@ -67,8 +67,8 @@ def to_diagnosis(d: DiagnosisDraft, ident: str) -> Diagnosis:
 
 def evidence_brief(ev: PhaseEvidence, tools: EvidenceTools) -> str:
     cur = ev.current
-    return (f"Phase {ev.phase} just trained on harness {cur.harness_sha[:8]} ({cur.steps} steps); held-out "
-            f"accuracy {cur.eval.accuracy:.3f} (n={cur.eval.n})"
+    return (f"Phase {ev.phase} just trained on harness {cur.harness_sha[:8]} ({cur.steps} steps); dev "
+            f"accuracy {cur.dev.accuracy:.3f} (n={cur.dev.n})"
             + (f", starting policy {ev.baseline.accuracy:.3f}" if ev.baseline else "")
             + f". Phases in view: {ev.phases_in_view}. Train figures: "
             + ", ".join(f"{k}={v:.3g}" for k, v in cur.train.items())

@@ -49,7 +49,7 @@ class EngineerAnswer(BaseModel):
 
 
 def target_metrics() -> list[str]:
-    """The metrics a backtest measures on replay (the A/B trial then judges held-out-like accuracy)."""
+    """The metrics a backtest measures on replay (the A/B trial then judges accuracy on a probe of the dev split)."""
     from evotrainer.judge.replay import METRICS
 
     return sorted(METRICS)

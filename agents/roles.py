@@ -31,7 +31,7 @@ class PhaseEvidence:
     knobs: Knobs
     domain: Domain
     last_promotion: dict[str, Any] | None = None
-    baseline: EvalResult | None = None  # held-out result of the starting policy, before any training
+    baseline: EvalResult | None = None  # dev result of the starting policy, before any training (decisions read dev)
     run_dir: Path | None = None  # the run directory, for tools that read its history (LLM roles)
 
     @property

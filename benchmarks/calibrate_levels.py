@@ -3,11 +3,11 @@
     python benchmarks/calibrate_levels.py                      # calibration seeds 100 101 102, the default config
     python benchmarks/calibrate_levels.py --seeds 100 policy.tiny.warmup_target_accuracy=0.5
 
-For each seed it makes the run's tasks (``training.train_pool_size``, ``training.eval_size``), builds and warms up
-the tiny policy exactly as ``evotrainer init``/``run`` do (cached under ``$EVOTRAINER_CACHE``; use a private one,
+For each seed it makes the run's four splits (``evotrainer.rundir.split_sizes``), builds and warms up the tiny
+policy on the warm-up split exactly as ``evotrainer init``/``run`` do (cached under ``$EVOTRAINER_CACHE``; use a private one,
 e.g. ``EVOTRAINER_CACHE=/tmp/calib-cache``, to time a fresh warm-up), and prints per level: the distinct prompts of
-its training pool, the greedy accuracy on the held-out split, and how groups of 8 samples at temperature 1 fall on
-``--tasks`` training-pool tasks (what RL sees) and held-out tasks: all wrong (no signal), all right (no signal),
+its RL pool, the greedy accuracy on the held-out split, and how groups of 8 samples at temperature 1 fall on
+``--tasks`` RL-pool tasks (what RL sees) and held-out tasks: all wrong (no signal), all right (no signal),
 mixed. It also times the held-out evaluation (greedy and sampled). ``--json PATH`` writes the figures.
 """
 
@@ -50,10 +50,13 @@ def calibrate(seed: int, overrides: list[str], n_tasks: int, group: int, log=pri
     if cfg.training.threads:
         torch.set_num_threads(cfg.training.threads)
     domain = get_domain(cfg.domain)
-    train, held_out = domain.generate(seed, cfg.training.train_pool_size, cfg.training.eval_size)
+    from evotrainer.rundir import split_sizes
+
+    splits = domain.splits(seed, split_sizes(cfg))
+    train, held_out = splits["rl"], splits["held_out"]
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        path = ensure_base_policy(cfg, Path(tmp), train, domain.canonical_prompt, log=log)
+        path = ensure_base_policy(cfg, Path(tmp), splits["warmup"], domain.canonical_prompt, log=log)
         build_s = time.time() - t0
         warmup = json.loads((Path(path) / "warmup.json").read_text())
         model, tokenizer, _ = load_policy(path, "cpu", "float32", False, 0)

@@ -6,12 +6,12 @@ several budgets, and prints the gate's paired decision (``evotrainer.judge.check
 whose gain shrinks or turns negative as the budget grows is one a short trial promotes and a phase regrets.
 
     python benchmarks/trial_horizon.py RUN_DIR REF [--phase 1] [--horizons 20,60,180] [--seeds 2] [--probe 300]
-                                       [--shift K] [--held-out]
+                                       [--shift K] [--dev]
 
 REF is a branch or commit of the run's harness repo (e.g. candidates/phase-1-2); main is the harness that trained
 ``--phase`` (its tag ``phase-N``), so the comparison is the one the loop made after that phase. ``--shift K``
 shifts the candidate arm's seeds by K replicates (REF = phase-N then measures main against itself: training's
-randomness alone); ``--held-out`` scores the held-out split instead of the probe, as a phase and its counterfactual
+randomness alone); ``--dev`` scores the whole dev split instead of the probe, as a phase and its counterfactual
 are scored (the realized-effect comparison at ``--horizons`` = the phase's length).
 """
 
@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=2, help="replicates per arm")
     ap.add_argument("--probe", type=int, default=300, help="probe tasks")
     ap.add_argument("--shift", type=int, default=0, help="the candidate arm's seeds start this many replicates later")
-    ap.add_argument("--held-out", action="store_true", help="score the held-out split instead of the probe")
+    ap.add_argument("--dev", action="store_true", help="score the whole dev split instead of the probe")
     a = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -55,12 +55,12 @@ def main() -> None:
 
     def arm(sha: str, steps: int, shift: int = 0) -> list:
         req = PhaseRequest.make(cfg, str(rd.root), a.phase + 1, sha, init, steps, pilot=True, base_policy=base)
-        update = {"probe_size": a.probe, "held_out": a.held_out}
+        update = {"probe_size": a.probe, "counterfactual": a.dev}
         return [run_pilot(req.model_copy(update={**update, "replicate": shift + r})).probe for r in range(a.seeds)]
 
     print(f"{a.ref} ({cand_sha[:8]}) against main@{main_sha[:8]} from phase {a.phase}'s checkpoint; "
           f"{cfg.training.prompts_per_step} prompts x {a.seeds} seed(s) per arm (candidate seeds shifted by "
-          f"{a.shift}), scored on {'the held-out split' if a.held_out else f'{a.probe} probe tasks'}")
+          f"{a.shift}), scored on {'the whole dev split' if a.dev else f'{a.probe} probe tasks'}")
     for steps in [int(h) for h in a.horizons.split(",")]:
         t0 = time.time()
         mains, cands = arm(main_sha, steps), arm(cand_sha, steps, a.shift)

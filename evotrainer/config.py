@@ -47,12 +47,15 @@ class TinyPolicyConfig(_Section):
     num_heads: int = Field(4, ge=1, description="attention heads of the tiny model")
     max_length: int = Field(64, ge=16, description="longest prompt+completion the tiny model is built for")
     warmup_steps: int = Field(
-        3000, ge=0, description="most supervised warm-up steps on the training split (it stops earlier once the "
+        3000, ge=0, description="most supervised warm-up steps on the warm-up split (it stops earlier once the "
         "probe reaches warmup_target_accuracy: about 2,500 steps for the default tiny model)")
+    warmup_pool_size: int = Field(
+        4000, ge=400, description="tasks of the supervised warm-up, made at init: a split of their own, disjoint from "
+        "the RL pool, dev and held-out splits")
     warmup_batch_size: int = Field(64, ge=1, description="examples per supervised warm-up step")
     warmup_lr: float = Field(3e-3, gt=0, description="learning rate of the supervised warm-up")
     warmup_target_accuracy: float = Field(
-        0.35, ge=0, le=1, description="stop the warm-up once accuracy on a probe of unseen training tasks "
+        0.35, ge=0, le=1, description="stop the warm-up once accuracy on a probe of unseen warm-up tasks "
         "reaches this (it tracks held-out accuracy)"
     )
 
@@ -87,13 +90,18 @@ class TrainingConfig(_Section):
     prompts_per_step: int = Field(
         32, ge=1, description="prompts per GRPO step (each gets a group of completions). The default tiny policy "
         "learns at 32 x 8 completions and lr 1e-4; at 8 prompts it barely moves (benchmarks/learnability.py)")
-    eval_size: int = Field(1000, ge=10, description="held-out tasks, frozen at init, scored after every phase")
+    eval_size: int = Field(
+        1000, ge=10, description="held-out tasks, frozen at init, scored after every phase for the report and the "
+        "bench only: no decision of the loop reads them")
+    dev_size: int = Field(
+        2000, ge=40, description="dev tasks, frozen at init and disjoint from every other split: what every decision "
+        "reads (the trials' probe, the realized effect, escalation, keep/discard, the Diagnostician's rules)")
     eval_max_new_tokens: int = Field(16, ge=1, description="generation budget of the held-out evaluation")
     eval_samples: int = Field(
         0, ge=0, description="held-out decoding: 0 = one greedy completion per task (item score 0 or 1); k > 0 = "
         "sampled pass@1, k completions per task at temperature 1 (item score = share correct)"
     )
-    train_pool_size: int = Field(6000, ge=100, description="training tasks generated at init")
+    train_pool_size: int = Field(6000, ge=100, description="RL tasks generated at init (the pool the harness samples)")
     rerun: int = Field(
         0, ge=0, description="training's randomness: another value draws other tasks and sampling seeds in every "
         "phase, trial and counterfactual, while the starting policy, training pool and held-out split still follow "
@@ -206,7 +214,8 @@ class BacktestConfig(_Section):
     )
     trial_seeds: int = Field(2, ge=1, description="replicates of each trial arm (different seeds, paired by seed)")
     probe_size: int = Field(
-        300, ge=20, description="training-pool tasks the trial's arms are scored on, paired per task"
+        300, ge=20, description="dev tasks the trial's arms are scored on, paired per task (the same ones every "
+        "trial; the whole dev split when it has fewer)"
     )
     alignment_tolerance: float = Field(
         0.01, ge=0, description="how much worse reward/verified alignment may get before a candidate fails"

@@ -47,12 +47,12 @@ class Rollout(_Model):
 
 
 class EvalResult(_Model):
-    accuracy: float = Field(description="fraction of held-out tasks the verifier accepted")
-    n: int = Field(description="number of held-out tasks")
+    accuracy: float = Field(description="fraction of the split's tasks the verifier accepted")
+    n: int = Field(description="number of the split's tasks")
     by_difficulty: dict[str, float] = Field(default_factory=dict)
     truncated_rate: float = 0.0
     items: dict[str, float] = Field(
-        default_factory=dict, description="per held-out task id, the share of its samples the verifier accepted "
+        default_factory=dict, description="per task id, the share of its samples the verifier accepted "
         "(0 or 1 under greedy decoding): what paired comparisons of two checkpoints are computed on"
     )
 
@@ -64,7 +64,8 @@ class PhaseResult(_Model):
     train: dict[str, float] = Field(
         default_factory=dict, description="reward_mean, dead_group_ratio, kept_fraction, entropy, kl, ..."
     )
-    eval: EvalResult
+    eval: EvalResult = Field(description="the held-out split's score: for the report and the bench, never a decision")
+    dev: EvalResult = Field(description="the dev split's score: what the loop's decisions read")
     rollout_path: str
     checkpoint_path: str
     wall_time_s: float

@@ -21,6 +21,7 @@ from rich.markup import escape
 
 from evotrainer.config import apply_overrides
 from evotrainer.console import Reporter, summarize
+from evotrainer.contracts import EvalResult
 from evotrainer.loop.gate import describe
 from evotrainer.loop.state import RunState
 from evotrainer.pause import RunPaused, waiting_for
@@ -69,8 +70,8 @@ def run(run_dir: Path, *, phases: int | None = None, reporter: Reporter | None =
             reporter.info(f"trainer service at {trainer.url} (pid {health['pid']}, {health['device']})")
             rd.events.emit("trainer", url=trainer.url, seconds=round(time.time() - t, 2), **health)
             baseline = _baseline(rd, cfg, trainer, base, reporter)
-            rt = Runtime(rd=rd, cfg=cfg, trainer=trainer, agents=agents,
-                         reporter=reporter, base_policy=base, baseline=baseline)
+            rt = Runtime(rd=rd, cfg=cfg, trainer=trainer, agents=agents, reporter=reporter, base_policy=base,
+                         baseline=baseline["held_out"], baseline_dev=baseline["dev"])
             with contextlib.closing(rt), open_checkpointer(rd, cfg) as saver:
                 run_thread = thread(rd, cfg)
                 graph = build_graph(rt, saver)
@@ -135,16 +136,22 @@ def _phase_end(rt, state: RunState) -> None:
     rt.rd.set_status("running", phase=state.phase, node="librarian", accuracy=[r.eval.accuracy for r in state.results])
 
 
-def _baseline(rd: RunDir, cfg, trainer, base: str, reporter: Reporter):
-    """The starting policy's held-out result: measured by the trainer service once, then read from disk."""
-    result = rd.baseline(base)
-    if result is None:
+def _baseline(rd: RunDir, cfg, trainer, base: str, reporter: Reporter) -> dict[str, EvalResult]:
+    """The starting policy's results on the held-out split (the report's phase 0) and on the dev split (what the
+    Diagnostician compares with): measured by the trainer service once, then read from disk."""
+    results = {split: rd.baseline(base, split) for split in ("held_out", "dev")}
+    if None in results.values():
         t = time.time()
-        with reporter.progress("evaluating the starting policy on the held-out split"):
-            result = trainer.evaluate(EvalRequest.make(cfg, str(rd.root), base), timeout_s=cfg.trainer.phase_timeout_s)
-        rd.save_baseline(base, result)
-        rd.events.emit("baseline", checkpoint=base, accuracy=result.accuracy, n=result.n,
-                       by_difficulty=result.by_difficulty, seconds=round(time.time() - t, 2))
+        with reporter.progress("evaluating the starting policy on the held-out and dev splits"):
+            request = EvalRequest.make(cfg, str(rd.root), base)
+            results = {split: trainer.evaluate(request.on(split), timeout_s=cfg.trainer.phase_timeout_s)
+                       for split in results}
+        rd.save_baseline(base, results)
+        held_out = results["held_out"]
+        rd.events.emit("baseline", checkpoint=base, accuracy=held_out.accuracy, n=held_out.n,
+                       by_difficulty=held_out.by_difficulty, dev_accuracy=results["dev"].accuracy,
+                       dev_n=results["dev"].n, seconds=round(time.time() - t, 2))
+    result = results["held_out"]
     reporter.info(f"starting policy: held-out accuracy {result.accuracy:.1%} (n={result.n}; by level "
                   + ", ".join(f"{k}: {v:.0%}" for k, v in result.by_difficulty.items()) + ")")
-    return result
+    return results

@@ -3,10 +3,12 @@
     RUN_DIR/
       config.yaml            resolved configuration
       harness/               git repo (main = promoted; candidates/*; tags phase-N; notes backtest/effect)
-      evaluator/             frozen eval split + verifier settings (never visible to harness code)
-      tasks/train.jsonl      training pool the harness samples from
+      evaluator/             the frozen held-out (held_out.jsonl) and dev (dev.jsonl) splits + verifier settings
+      tasks/train.jsonl      RL pool the harness samples from
+      tasks/warmup.jsonl     the tiny policy's supervised warm-up pool
+      splits.json            the four disjoint splits' sizes per level, recorded at init (domains.base.SPLITS)
       policy/base/           starting checkpoint (the tiny policy, when policy.model is tiny)
-      baseline.json          held-out accuracy of the starting checkpoint ("phase 0"), measured once
+      baseline.json          held-out and dev accuracy of the starting checkpoint ("phase 0"), measured once
       rollouts/phase-NNNN.parquet
       checkpoints/phase-NNNN/ model + result.json (PhaseResult)
       state.sqlite           LangGraph checkpoints (resume after a kill); with state.url, in Postgres instead
@@ -29,7 +31,7 @@ from evotrainer.atomic import write_text
 from evotrainer.config import Config, ConfigError
 from evotrainer.contracts import EvalResult
 from evotrainer.domains import get_domain
-from evotrainer.domains.base import read_jsonl, write_jsonl
+from evotrainer.domains.base import SPLITS, read_jsonl, write_jsonl
 from evotrainer.events import EventLog
 
 
@@ -61,8 +63,7 @@ class RunDir:
     config_path = property(lambda self: self.root / "config.yaml")
     harness = property(lambda self: self.root / "harness")
     evaluator = property(lambda self: self.root / "evaluator")
-    eval_split = property(lambda self: self.root / "evaluator" / "eval.jsonl")
-    train_tasks_path = property(lambda self: self.root / "tasks" / "train.jsonl")
+    splits_path = property(lambda self: self.root / "splits.json")
     rollouts = property(lambda self: self.root / "rollouts")
     checkpoints = property(lambda self: self.root / "checkpoints")
     state_db = property(lambda self: self.root / "state.sqlite")
@@ -82,6 +83,11 @@ class RunDir:
     baseline_path = property(lambda self: self.root / "baseline.json")
     policy_base = property(lambda self: self.root / "policy" / "base")
     scratch = property(lambda self: self.root / "tmp")
+
+    def split_path(self, split: str) -> Path:
+        """Where a split's tasks are: the evaluator's folder for the two that score, tasks/ for the two that train."""
+        return {"held_out": self.evaluator / "held_out.jsonl", "dev": self.evaluator / "dev.jsonl",
+                "rl": self.root / "tasks" / "train.jsonl", "warmup": self.root / "tasks" / "warmup.jsonl"}[split]
 
     def rollout_file(self, phase: int) -> Path:
         return self.rollouts / f"phase-{phase:04d}.parquet"
@@ -140,36 +146,54 @@ class RunDir:
                 d.mkdir(parents=True, exist_ok=True)
             stage.save_config(cfg)
             domain = get_domain(cfg.domain)
-            log(f"generating {cfg.domain} tasks (training pool {cfg.training.train_pool_size}, "
-                f"held-out {cfg.training.eval_size})")
-            train, held_out = domain.generate(cfg.seed, cfg.training.train_pool_size, cfg.training.eval_size)
-            train, held_out = apply_mix(train, cfg.tasks.mix), apply_mix(held_out, cfg.tasks.mix)
-            write_jsonl(stage.train_tasks_path, train)
-            write_jsonl(stage.eval_split, held_out)
+            sizes = split_sizes(cfg)
+            log(f"generating {cfg.domain} tasks: " + ", ".join(f"{name} {n}" for name, n in sizes.items()))
+            splits = {name: apply_mix(tasks, cfg.tasks.mix) for name, tasks in domain.splits(cfg.seed, sizes).items()}
+            for name, tasks in splits.items():
+                write_jsonl(stage.split_path(name), tasks)
+            write_text(stage.splits_path, json.dumps({name: _per_level(tasks) for name, tasks in splits.items()},
+                                                     indent=1))
+            held_out = splits["held_out"]
             (stage.evaluator / "verifier.json").write_text(json.dumps(
                 {"domain": cfg.domain, "prompt": "canonical", "max_new_tokens": cfg.training.eval_max_new_tokens,
                  "decoding": f"sampled pass@1, k={cfg.training.eval_samples}" if cfg.training.eval_samples else
-                 "greedy", "n": len(held_out)}, indent=1))
+                 "greedy", "n": len(held_out), "dev_n": len(splits["dev"])}, indent=1))
             HarnessRepo.create(stage.harness, cfg.domain, cfg.harness)
         except BaseException:  # a failed init leaves nothing behind (a killed one is swept by the next init)
             shutil.rmtree(stage.root, ignore_errors=True)
             raise
         os.rename(stage.root, self.root)  # also over an empty folder the user made
-        self.events.emit("init", run=cfg.name, domain=cfg.domain, train_tasks=len(train), eval_tasks=len(held_out))
+        self.events.emit("init", run=cfg.name, domain=cfg.domain, train_tasks=len(splits["rl"]),
+                         eval_tasks=len(held_out), splits={name: len(tasks) for name, tasks in splits.items()})
         self.set_status("initialized", phase=0)
 
+    def tasks(self, split: str) -> list[dict]:
+        """A split's tasks (``SPLITS``). A run made before the dev and warm-up splits existed has none: one line."""
+        path = self.split_path(split)
+        if not path.is_file():
+            raise RunDirError(f"{self.root}: no {split} split ({path.name}): this run was made by an older EvoTrainer "
+                              f"without the four disjoint splits; start a new run with `evotrainer init`")
+        return read_jsonl(path)
+
     def train_tasks(self) -> list[dict]:
-        return read_jsonl(self.train_tasks_path)
+        """The RL pool the harness samples from."""
+        return self.tasks("rl")
 
     def eval_tasks(self) -> list[dict]:
-        return read_jsonl(self.eval_split)
+        """The held-out split: it scores phases for the report and the bench, and no decision reads it."""
+        return self.tasks("held_out")
+
+    def dev_tasks(self) -> list[dict]:
+        """The dev split: what every decision of the loop is scored on."""
+        return self.tasks("dev")
 
     def probe_tasks(self, n: int) -> list[dict]:
-        """The probe split of A/B trials: ``n`` tasks of the training pool, the same every time (never held-out
-        tasks: the held-out split only ever scores phases)."""
+        """The probe of A/B trials: ``n`` tasks of the dev split, the same every time (the whole split when it has
+        fewer). Never training tasks (the warm-up's or RL's: a trial would score what the policy memorised), never
+        held-out ones."""
         import random
 
-        pool = self.train_tasks()
+        pool = self.dev_tasks()
         return random.Random(f"probe-{len(pool)}").sample(pool, min(n, len(pool)))
 
     def ensure_policy(self, log=print, progress=None) -> str:
@@ -177,22 +201,23 @@ class RunDir:
 
         cfg = self.load_config()
         domain = get_domain(cfg.domain)
-        return ensure_base_policy(cfg, self.root, self.train_tasks(), domain.canonical_prompt, log=log,
+        return ensure_base_policy(cfg, self.root, self.tasks("warmup"), domain.canonical_prompt, log=log,
                                   progress=progress)
 
-    def baseline(self, checkpoint: str | None = None) -> EvalResult | None:
-        """Held-out result of the starting checkpoint (of ``checkpoint`` when given), if it was measured."""
+    def baseline(self, checkpoint: str | None = None, split: str = "held_out") -> EvalResult | None:
+        """The starting checkpoint's result on a split (held_out or dev; of ``checkpoint`` when given), if measured."""
         try:
             data = json.loads(self.baseline_path.read_text())
             if checkpoint is not None and data.get("checkpoint") != checkpoint:
                 return None
-            return EvalResult.model_validate(data["eval"])
+            return EvalResult.model_validate(data[split])
         except (FileNotFoundError, json.JSONDecodeError, KeyError, ValueError):
             return None
 
-    def save_baseline(self, checkpoint: str, result: EvalResult) -> None:
-        write_text(self.baseline_path,
-                   json.dumps({"checkpoint": checkpoint, "eval": result.model_dump(mode="json")}, indent=1))
+    def save_baseline(self, checkpoint: str, results: dict[str, EvalResult]) -> None:
+        """``results``: the starting checkpoint's score per split (held_out, dev)."""
+        write_text(self.baseline_path, json.dumps(
+            {"checkpoint": checkpoint, **{k: r.model_dump(mode="json") for k, r in results.items()}}, indent=1))
 
     # status ---------------------------------------------------------------------------------------------------
     def set_status(self, state: str, **fields) -> None:
@@ -212,6 +237,22 @@ class RunDir:
             data["state"] = "paused"
             data["detail"] = "the run process is gone (killed?); `evotrainer run` resumes where it stopped"
         return data
+
+
+def split_sizes(cfg: Config) -> dict[str, int]:
+    """How many tasks each split asks for (``SPLITS``): the warm-up's only for the tiny policy (a real model has
+    none)."""
+    sizes = {"held_out": cfg.training.eval_size, "dev": cfg.training.dev_size, "rl": cfg.training.train_pool_size,
+             "warmup": cfg.policy.tiny.warmup_pool_size if cfg.policy.model == "tiny" else 0}
+    assert set(sizes) == set(SPLITS)
+    return sizes
+
+
+def _per_level(tasks: list[dict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for t in tasks:
+        counts[str(t["difficulty"])] = counts.get(str(t["difficulty"]), 0) + 1
+    return {"total": len(tasks), **counts}
 
 
 def _seed_harness(cfg: Config) -> str | None:

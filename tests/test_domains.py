@@ -1,5 +1,5 @@
-"""The evaluator's side of the math domain: levels with disjoint prompt spaces of thousands of prompts each, a
-held-out split that training never sees, determinism per seed, and the verifier."""
+"""The evaluator's side of the math domain: levels with disjoint prompt spaces of thousands of prompts each, four
+disjoint splits (held-out, dev, RL, warm-up), determinism per seed, and the verifier."""
 
 from __future__ import annotations
 
@@ -7,14 +7,18 @@ from collections import Counter
 
 import pytest
 
-from evotrainer.domains import get_domain
+from evotrainer.domains import DOMAINS, get_domain
+from evotrainer.domains.base import SPLITS
 from evotrainer.domains.math import LEVELS, expression, space_size
+
+
+SIZES = {"held_out": 1000, "dev": 2000, "rl": 6000, "warmup": 4000}  # the defaults
 
 
 @pytest.fixture(scope="module")
 def splits():
     domain = get_domain("math")
-    return domain, *domain.generate(seed=0, train_size=6000, eval_size=1000)
+    return domain, domain.splits(0, SIZES)
 
 
 def prompts_by_level(domain, tasks) -> dict[str, set[str]]:
@@ -25,15 +29,29 @@ def prompts_by_level(domain, tasks) -> dict[str, set[str]]:
 
 
 def test_each_level_draws_thousands_of_distinct_prompts_without_repeats(splits):
-    domain, train, held_out = splits
-    assert domain.levels == ["1", "2", "3", "4"]
-    assert Counter(t["difficulty"] for t in held_out) == {lv: 250 for lv in domain.levels}
-    assert Counter(t["difficulty"] for t in train) == {lv: 1500 for lv in domain.levels}
-    for level, prompts in prompts_by_level(domain, train).items():
-        assert len(prompts) == 1500, level  # the pool repeats nothing
-        assert space_size(level) >= 3000, level
-    assert len({domain.canonical_prompt(t) for t in held_out}) == 1000
-    assert len({t["id"] for t in train + held_out}) == 7000
+    domain, s = splits
+    assert domain.levels == ["1", "2", "3", "4"] and list(s) == list(SPLITS)
+    for name, size in SIZES.items():
+        assert Counter(t["difficulty"] for t in s[name]) == {lv: size // 4 for lv in domain.levels}, name
+        for level, prompts in prompts_by_level(domain, s[name]).items():
+            assert len(prompts) == size // 4, (name, level)  # no split repeats a prompt at the default sizes
+    assert len({t["id"] for tasks in s.values() for t in tasks}) == sum(SIZES.values())
+    assert {t["id"].split("-")[0] for t in s["dev"]} == {"dev"} and {t["id"].split("-")[0] for t in s["held_out"]} \
+        == {"eval"}
+
+
+@pytest.mark.parametrize("name", DOMAINS)
+def test_the_four_splits_share_no_prompt_in_every_domain(name):
+    """Disjoint by content, not by id: a prompt (the evaluator's canonical text) is in one split only, at the
+    defaults and when the training pools ask for more than a level's space holds."""
+    domain = get_domain(name)
+    for seed, sizes in ((0, SIZES), (3, {"held_out": 40, "dev": 80, "rl": 4 * 5000, "warmup": 4 * 3000})):
+        s = domain.splits(seed, sizes)
+        owner: dict[str, str] = {}
+        for split, tasks in s.items():
+            for t in tasks:
+                assert owner.setdefault(domain.canonical_prompt(t), split) == split, (t, owner[domain.canonical_prompt(t)])
+        assert all(s[k] for k in SPLITS)
 
 
 def test_levels_have_disjoint_prompt_spaces_by_construction():
@@ -57,39 +75,39 @@ def test_levels_have_disjoint_prompt_spaces_by_construction():
     assert domain.canonical_prompt({"expression": "37 - 5 + 8"}) == "37-5+8="
 
 
-def test_no_held_out_prompt_is_in_the_training_pool(splits):
-    domain, train, held_out = splits
-    train_prompts = {domain.canonical_prompt(t) for t in train}
-    assert not [t["id"] for t in held_out if domain.canonical_prompt(t) in train_prompts]
-    for t in train + held_out:
+def test_every_task_reads_back_its_answer(splits):
+    domain, s = splits
+    for t in (t for tasks in s.values() for t in tasks):
         assert str(eval(t["expression"])) == t["answer"] and t["question"].endswith(t["expression"] + " =")
         assert set(t) == {"id", "difficulty", "question", "expression", "answer"}
 
 
 def test_generation_is_deterministic_per_seed_and_differs_across_seeds(splits):
-    domain, train, held_out = splits
-    again_train, again_held_out = domain.generate(seed=0, train_size=6000, eval_size=1000)
-    assert again_held_out == held_out and again_train == train
-    other_train, other_held_out = domain.generate(seed=1, train_size=6000, eval_size=1000)
-    assert len({t["expression"] for t in other_held_out} & {t["expression"] for t in held_out}) < 100
-    assert other_train != train
-    # the held-out split does not depend on the training pool's size
-    assert domain.generate(seed=0, train_size=400, eval_size=1000)[1] == held_out
+    domain, s = splits
+    assert domain.splits(0, SIZES) == s
+    other = domain.splits(1, SIZES)
+    assert len({t["expression"] for t in other["held_out"]} & {t["expression"] for t in s["held_out"]}) < 100
+    assert other["rl"] != s["rl"]
+    # the held-out split depends on no other split's size, the dev split on neither training pool's
+    smaller = domain.splits(0, {"held_out": 1000, "dev": 2000, "rl": 400})
+    assert smaller["held_out"] == s["held_out"] and smaller["dev"] == s["dev"] and smaller["warmup"] == []
+    assert domain.splits(0, {"held_out": 1000, "dev": 400})["held_out"] == s["held_out"]
 
 
-def test_a_pool_larger_than_a_level_cycles_and_a_held_out_split_too_large_is_refused():
+def test_pools_larger_than_a_level_share_what_is_left_and_cycle_and_scoring_splits_too_large_are_refused():
     domain = get_domain("math")
-    train, held_out = domain.generate(seed=0, train_size=4 * 5000, eval_size=40)
-    level1 = [domain.canonical_prompt(t) for t in train if t["difficulty"] == "1"]
-    assert len(level1) == 5000 and len(set(level1)) == space_size("1") - 10  # all of the space but the held-out
-    assert not set(level1) & {domain.canonical_prompt(t) for t in held_out}
+    s = domain.splits(0, {"held_out": 40, "dev": 40, "rl": 4 * 5000, "warmup": 4 * 5000})
+    level1 = {name: [domain.canonical_prompt(t) for t in s[name] if t["difficulty"] == "1"] for name in ("rl", "warmup")}
+    assert len(level1["rl"]) == len(level1["warmup"]) == 5000
+    assert len(set(level1["rl"])) + len(set(level1["warmup"])) == space_size("1") - 20  # all that is left, shared
+    assert abs(len(set(level1["rl"])) - len(set(level1["warmup"]))) <= 1  # in proportion to their sizes
     with pytest.raises(ValueError, match="training.eval_size"):
-        domain.generate(seed=0, train_size=400, eval_size=4 * 2000)
+        domain.splits(0, {"held_out": 4 * 1000, "dev": 4 * 1000, "rl": 400})
 
 
 def test_verifier_accepts_the_integer_answer_on_the_first_line_only(splits):
-    domain, train, _ = splits
-    task = {**train[0], "answer": "-7"}
+    domain, s = splits
+    task = {**s["rl"][0], "answer": "-7"}
     assert domain.verify(task, "-7") and domain.verify(task, " -7 \nanything after")
     assert not domain.verify(task, "-7 8") and not domain.verify(task, "7") and not domain.verify(task, "")
     assert domain.verify({**task, "answer": "9"}, "+9")

@@ -46,7 +46,8 @@ def check_finished_run(run_dir: Path, phases: int, env: dict) -> dict:
         assert accuracy == result["eval"]["accuracy"] and result["eval"]["n"] == status["eval_n"] == 40
         assert round(accuracy * 40, 6) == int(round(accuracy * 40))  # a share of 40 scored items
     baseline = json.loads((run_dir / "baseline.json").read_text())  # the starting policy, measured by the service
-    assert status["baseline_accuracy"] == baseline["eval"]["accuracy"] and baseline["eval"]["n"] == 40
+    assert status["baseline_accuracy"] == baseline["held_out"]["accuracy"] and baseline["held_out"]["n"] == 40
+    assert baseline["dev"]["n"] == result["dev"]["n"] > 0  # and on the dev split, which decisions read
 
     # every rollout of every phase, with the Rollout fields, exactly once
     per_phase = 6 * 4 * 8  # steps x prompts x group size of the FAST config

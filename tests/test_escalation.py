@@ -14,7 +14,7 @@ from evotrainer.loop.state import RunState
 
 
 def result(phase: int, sha: str, accuracy: float) -> PhaseResult:
-    return PhaseResult(phase=phase, harness_sha=sha, steps=1, eval=EvalResult(accuracy=accuracy, n=300),
+    return PhaseResult(phase=phase, harness_sha=sha, steps=1, eval=EvalResult(accuracy=0.0, n=300), dev=EvalResult(accuracy=accuracy, n=300),
                        rollout_path="", checkpoint_path="", wall_time_s=1.0, tokens=1)
 
 
@@ -56,7 +56,7 @@ def test_a_run_at_a_standstill_is_rolled_back_at_most_at_the_nominal_rate():
 
     def phase(i: int) -> PhaseResult:
         hits = sum(rng.random() < p for _ in range(n))
-        return PhaseResult(phase=i, harness_sha="a", steps=1, eval=EvalResult(accuracy=hits / n, n=n),
+        return PhaseResult(phase=i, harness_sha="a", steps=1, eval=EvalResult(accuracy=0.0, n=n), dev=EvalResult(accuracy=hits / n, n=n),
                            rollout_path="", checkpoint_path="", wall_time_s=1.0, tokens=1)
 
     fell = sum(escalation.fell_below_known_good([phase(i) for i in range(1, phases + 1)]) is not None

@@ -24,7 +24,7 @@ def _eval(items: dict[str, float]) -> EvalResult:
 
 
 def _write_phase(rd: RunDir, phase: int, steps: int, items: dict[str, float]) -> None:
-    result = PhaseResult(phase=phase, harness_sha="0" * 40, steps=steps, eval=_eval(items), rollout_path="",
+    result = PhaseResult(phase=phase, harness_sha="0" * 40, steps=steps, eval=_eval(items), dev=_eval(items), rollout_path="",
                          checkpoint_path=str(rd.checkpoint(phase)), wall_time_s=1.0, tokens=0)
     rd.checkpoint(phase).mkdir(parents=True)
     (rd.checkpoint(phase) / "result.json").write_text(result.model_dump_json())
@@ -38,7 +38,7 @@ def test_per_level_gains_paired_per_item_and_pooled_over_runs(tmp_path: Path, cl
     start = {t["id"]: 0.0 for t in tasks}
     with pytest.raises(SystemExit, match="no starting evaluation"):
         learnability.main([str(run)])  # not a run that trained: one line
-    rd.save_baseline(str(rd.policy_base), _eval(start))
+    rd.save_baseline(str(rd.policy_base), {"held_out": _eval(start), "dev": _eval(start)})
     _write_phase(rd, 1, 6, start)
     learned = {t["id"]: float(str(t["difficulty"]) == "2") for t in tasks}  # phase 2 learned all of level 2
     _write_phase(rd, 2, 6, learned)

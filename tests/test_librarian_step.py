@@ -24,7 +24,7 @@ from tests.test_loop import _eval
 
 
 def _result(phase: int, sha: str, ev: EvalResult) -> PhaseResult:
-    return PhaseResult(phase=phase, harness_sha=sha, steps=6, eval=ev, rollout_path="", checkpoint_path="",
+    return PhaseResult(phase=phase, harness_sha=sha, steps=6, eval=ev, dev=ev, rollout_path="", checkpoint_path="",
                        wall_time_s=1.0, tokens=10)
 
 
@@ -74,7 +74,7 @@ def test_the_realized_effect_decides_rollback_and_the_skill_s_win(tmp_path: Path
     if verdict == "lost":
         assert done.reverted_sha == main.hexsha and main.parents[0].hexsha == merged  # a new commit, history kept
         assert main.message.startswith(f"Roll back {cand.branch}: harness.yaml:temperature")
-        assert "Reason: held-out accuracy -13.3% (95% CI" in main.message and f"Candidate: {cand.sha}" in main.message
+        assert "Reason: dev accuracy -13.3% (95% CI" in main.message and f"Candidate: {cand.sha}" in main.message
         assert "temperature: 1.0 " in repo.show_file("main", "harness.yaml")  # the seed's value is back
         assert [e["kind"] for e in map(json.loads, rd.events_path.read_text().splitlines())].count("rolled_back") == 1
     else:

@@ -59,7 +59,7 @@ def evidence(tmp_path: Path, repo: HarnessRepo) -> PhaseEvidence:
     rows = rollouts([[("9", True), ("1", False)] * 4 if g % 4 == 0 else [("1", False)] * 8 for g in range(60)])
     path = tmp_path / "rollouts" / "phase-0001.parquet"
     write_rollouts([Rollout(**r) for r in rows], path)
-    result = PhaseResult(phase=1, harness_sha=repo.sha("main"), steps=10, eval=EvalResult(accuracy=0.3, n=300),
+    result = PhaseResult(phase=1, harness_sha=repo.sha("main"), steps=10, eval=EvalResult(accuracy=0.3, n=300), dev=EvalResult(accuracy=0.3, n=300),
                          rollout_path=str(path), checkpoint_path="", wall_time_s=1.0, tokens=100,
                          train={"reward_mean": 0.125})
     return PhaseEvidence(phase=1, results=[result], rollouts=rows, phases_in_view=[1], registry={},
@@ -100,7 +100,7 @@ def test_diagnostician_queries_then_cites_figures_the_data_holds(tmp_path, repo)
 
 def test_diagnostician_samples_by_id_and_by_where_reads_registry_and_history(tmp_path, repo):
     """Each tool's result is what the next request hands the model: the rows asked for, main's registry, the run's
-    history (held-out accuracy per phase, from the starting policy on)."""
+    history (dev accuracy per phase, from the starting policy on)."""
     ev = evidence(tmp_path, repo)
     ev.registry = {"dead_group_ratio": {"value": 0.75, "max": 0.5, "help": "groups with no reward spread"}}
     ev.baseline = EvalResult(accuracy=0.2, n=300)
@@ -122,8 +122,8 @@ def test_diagnostician_samples_by_id_and_by_where_reads_registry_and_history(tmp
     assert by_id[2:] == ['p1-g1/3 | 1 | train-1-1 | 2 | 4+5= | 1 | 2 | False | 0 | {"correct": 0.0} | False | True | 0']
     assert [r.split(" | ")[0] for r in by_where[2:]] == ["p1-g4/0", "p1-g4/2", "p1-g4/4", "p1-g4/6"]  # rewarded
     assert registry == ["Result of registry:", json.dumps(ev.registry)]
-    assert history == ["Result of history:", "starting policy: held-out accuracy 0.200",
-                       f"phase 1: held-out accuracy 0.300 (n=300), harness {repo.sha('main')[:8]}"]
+    assert history == ["Result of history:", "starting policy: dev accuracy 0.200",
+                       f"phase 1: dev accuracy 0.300 (n=300), harness {repo.sha('main')[:8]}"]
     assert [d.failure_mode for d in out] == ["dead_groups"] and len(calls) == 5
 
 

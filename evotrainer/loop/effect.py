@@ -2,7 +2,7 @@
 
 A promotion made after phase N-1 is judged on phase N, the first phase trained on it, against a counterfactual: the
 old main trained from the same checkpoint with the same seeds and tasks (and, at further seeds, both harnesses
-again), scored on the held-out split and compared per task and seed (:func:`realized_effect`, stored as the
+again), scored on the dev split and compared per task and seed (:func:`realized_effect`, stored as the
 candidate's ``effect`` git note). An edit whose effect is a loss beyond that paired margin is rolled back by a new
 commit on main (:func:`rollback`); then, in a stalled run, the escalation's rollback to the last known-good harness
 (``escalation.rollback``). The Librarian (the next step) turns the measured effect into skill evidence. The
@@ -27,14 +27,14 @@ from evotrainer.trainer.client import TrainerError
 
 
 def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult) -> list[tuple[EvalResult, EvalResult]] | None:
-    """(without the edit, with it) held-out results, one pair per seed; None when turned off or when a run fails.
+    """(without the edit, with it) dev results, one pair per seed; None when turned off or when a run fails.
 
     Seed 0: the harness ``after`` trained without the edit (the merge's first parent; or, when main changed after
     the merge, e.g. an earlier edit rolled back, that harness with the merge reverted: :meth:`HarnessRepo.taken_out`)
     trained exactly like ``after``, the phase that first trained the edit (same checkpoint, seeds and tasks),
     against that phase. Each further seed
     (``evolution.counterfactual_seeds``) trains both harnesses again from that checkpoint with other seeds: two
-    runs of one harness from one checkpoint end a few held-out points apart, and only pairs at several seeds carry
+    runs of one harness from one checkpoint end a few dev points apart, and only pairs at several seeds carry
     that noise into the interval (:func:`evotrainer.metrics.paired_gain` resamples seeds, then tasks)."""
     if not rt.cfg.evolution.counterfactual:
         return None
@@ -46,7 +46,7 @@ def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult) -> list[tu
         return None
     seeds = rt.cfg.evolution.counterfactual_seeds
     runs = [(without, 0)] + [(sha, r) for r in range(1, seeds) for sha in (without, after.harness_sha)]
-    req = rt.request(phase, without, steps, pilot=True).model_copy(update={"held_out": True})
+    req = rt.request(phase, without, steps, pilot=True).model_copy(update={"counterfactual": True})
     scored, spent = {}, 0
     try:
         for i, (sha, replicate) in enumerate(runs):
@@ -62,16 +62,16 @@ def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult) -> list[tu
     finally:
         if runs:  # what the counterfactual cost, charged to the run (the bench counts it per arm)
             rt.emit("counterfactual", phase=phase, branch=promo.branch, runs=len(scored), completions=spent)
-    return [(scored[without, 0], after.eval)] + [(scored[without, r], scored[after.harness_sha, r])
+    return [(scored[without, 0], after.dev)] + [(scored[without, r], scored[after.harness_sha, r])
                                                   for r in range(1, seeds)]
 
 
 def realized_effect(evidence: EvidenceCache, promo: Promotion, results: list[PhaseResult],
                     pairs: list[tuple[EvalResult, EvalResult]] | None = None) -> dict:
-    """How the promoted edit did in the phase it first trained: the targeted metric, and held-out accuracy.
+    """How the promoted edit did in the phase it first trained: the targeted metric, and dev accuracy.
 
     With ``pairs`` (the counterfactual: (without, with) the edit, trained from the same checkpoint, one pair per
-    seed; see :func:`counterfactual`) the accuracy effect is the paired difference on the same held-out tasks,
+    seed; see :func:`counterfactual`) the accuracy effect is the paired difference on the same dev tasks,
     its interval resampling seeds and then tasks; the edit ``won`` when the interval is above zero and ``lost``
     when below. Without them, the two consecutive phases are compared, unpaired, and nothing is called lost.
     """
@@ -89,24 +89,24 @@ def realized_effect(evidence: EvidenceCache, promo: Promotion, results: list[Pha
     moved = None if m0 is None or m1 is None else (m1 - m0 if cand.direction == "up" else m0 - m1)
     target = (f"{metric} {m0:.3f} -> {m1:.3f} ({'as promised' if moved and moved > 0 else 'not as promised'})"
               if moved is not None else f"{metric} not measurable")
-    a1 = after.eval.accuracy
+    a1 = after.dev.accuracy
     if pairs and all(w.items and set(w.items) == set(e.items) for w, e in pairs):
         g = paired_gain([(w.items, e.items) for w, e in pairs])
         won, lost = g["low"] > 0, g["high"] < 0
         with_edit, without = (sum(p[i].accuracy for p in pairs) / len(pairs) for i in (1, 0))
         verdict = "win" if won else ("loss: rolled back" if lost else "no measurable effect")
         runs = "same checkpoint and seeds" if len(pairs) == 1 else f"{len(pairs)} seeds each, same checkpoint"
-        summary = (f"{target}; held-out accuracy {with_edit:.1%} with the edit vs {without:.1%} without it ({runs}):"
+        summary = (f"{target}; dev accuracy {with_edit:.1%} with the edit vs {without:.1%} without it ({runs}):"
                    f" {g['diff']:+.1%} (95% CI {g['low']:+.1%} to {g['high']:+.1%}, paired on {g['n']} tasks x "
                    f"{len(pairs)} seed(s)); {verdict}")
-        return {"metric": metric, "before": m0, "after": m1, "accuracy_before": before.eval.accuracy,
+        return {"metric": metric, "before": m0, "after": m1, "accuracy_before": before.dev.accuracy,
                 "accuracy_after": a1, "accuracy_with": with_edit, "accuracy_without": without, "seeds": len(pairs),
                 "gain": g["diff"], "low": g["low"], "high": g["high"], "accuracy_margin": g["diff"] - g["low"],
                 "won": won, "lost": lost, "counterfactual": True, "summary": summary, "measured_in_phase": after_phase}
-    a0 = before.eval.accuracy
-    margin = unpaired_margin(a0, before.eval.n, a1, after.eval.n)
+    a0 = before.dev.accuracy
+    margin = unpaired_margin(a0, before.dev.n, a1, after.dev.n)
     won = bool(moved is not None and moved > 0 and a1 - a0 > margin)
-    lo, hi = wilson(a1 * after.eval.n, after.eval.n)
+    lo, hi = wilson(a1 * after.dev.n, after.dev.n)
     summary = (f"{target}; accuracy {a0:.1%} -> {a1:.1%} (95% CI {lo:.1%}-{hi:.1%}; no counterfactual, so "
                f"consecutive phases, unpaired); {'win' if won else 'no win'}{accuracy_note(moved is not None and moved > 0, a1 - a0, margin)}")
     return {"metric": metric, "before": m0, "after": m1, "accuracy_before": a0, "accuracy_after": a1,
@@ -119,7 +119,7 @@ def rollback(rt: Runtime, promo: Promotion, effect: dict, phase: int) -> Promoti
     return undo(
         rt, promo, phase, subject=f"Roll back {promo.branch}: {promo.candidate.variable}",
         body=f"Realized effect in phase {effect['measured_in_phase']}: {effect['summary']}",
-        trailers={"Reason": f"held-out accuracy {effect['gain']:+.1%} (95% CI {effect['low']:+.1%} to "
+        trailers={"Reason": f"dev accuracy {effect['gain']:+.1%} (95% CI {effect['low']:+.1%} to "
                             f"{effect['high']:+.1%}) against the old main trained from the same checkpoint",
                   "Candidate": promo.sha},
     )

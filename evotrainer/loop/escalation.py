@@ -6,7 +6,7 @@
                     as a subtraction must be one (:func:`evotrainer.harness.edits.subtraction_problem`: it reverts
                     an earlier promotion, or it only deletes)
     phase end       :func:`rollback` moves main back to the last known-good harness (the one that trained the phase
-                    with the best held-out accuracy) by a new commit (:meth:`HarnessRepo.restore`), never rewriting
+                    with the best dev accuracy) by a new commit (:meth:`HarnessRepo.restore`), never rewriting
                     history, when the current phase's accuracy fell below it beyond the sampling margin
 
 Both are safe to re-run after a kill: the rollback is skipped when main already holds that harness.
@@ -62,8 +62,8 @@ def fell_below_known_good(results: list[PhaseResult], level: float = 0.95) -> tu
     phases is the largest of k noisy figures, so its interval is widened for the choice (Bonferroni: level
     1 - (1 - ``level``) / k), or a run at a standstill would be rolled back far more often than 1 - ``level``."""
     cur, earlier = results[-1], results[:-1]
-    best = max(earlier, key=lambda r: r.eval.accuracy)
-    change = accuracy_change(best.eval, cur.eval, level=1 - (1 - level) / len(earlier))
+    best = max(earlier, key=lambda r: r.dev.accuracy)
+    change = accuracy_change(best.dev, cur.dev, level=1 - (1 - level) / len(earlier))
     return (best, change) if change["high"] < 0 else None
 
 
@@ -76,10 +76,10 @@ def rollback(rt: Runtime, state: RunState) -> str | None:
     if fell is None:
         return None
     (best, change), cur = fell, state.results[-1]
-    a0, a1, margin = best.eval.accuracy, cur.eval.accuracy, change["high"] - change["change"]
+    a0, a1, margin = best.dev.accuracy, cur.dev.accuracy, change["high"] - change["change"]
     sha = rt.repo.restore(
         best.harness_sha, f"Roll back main to the harness of phase {best.phase} (last known-good)",
-        f"Nothing was promoted in {stalled(state, state.phase)} phases and held-out accuracy fell to {a1:.1%} from "
+        f"Nothing was promoted in {stalled(state, state.phase)} phases and dev accuracy fell to {a1:.1%} from "
         f"{a0:.1%} (phase {best.phase}), beyond the {margin:.1%} margin ({change['method']}, widened for choosing the "
         f"best of {len(state.results) - 1} earlier phases). This commit restores the harness "
         f"{best.harness_sha[:8]} that trained phase {best.phase}; history is kept.",

@@ -1,7 +1,7 @@
 """The keep/discard step (``evolution.mode: keep_discard``): the scalar loop of autoresearch-style systems.
 
 A baseline for ``evotrainer bench``, not the product: after each phase, the edit the phase trained on is kept if
-held-out accuracy rose against the phase before, and reverted (by a new commit) otherwise (the verdict is the
+dev accuracy rose against the phase before, and reverted (by a new commit) otherwise (the verdict is the
 promotion's ``effect``); then the next edit of the domain's playbook that applies to main is committed straight
 onto main for the next phase. No diagnosis, no backtest, no trial: this is what EvoTrainer's gate is measured
 against. As in the evolving loop, after the last phase (unless ``evolution.final_round``) the verdict is made but
@@ -10,7 +10,7 @@ waits (``round_due``) and runs first when ``evotrainer run --phases N`` raises t
 
 Where the edit comes from follows ``agents.engineer``, so the baseline is the same agent without EvoTrainer's
 machinery around it: the built-in Engineer walks its playbook in order (the next edit that applies to main and was
-not tried); an LLM Engineer gets what an autoresearch agent sees and nothing more -- the harness files, the held-out
+not tried); an LLM Engineer gets what an autoresearch agent sees and nothing more -- the harness files, the dev
 accuracy after each phase and every earlier edit with its verdict, as one ``scalar`` finding in place of a
 diagnosis -- and its first candidate is committed onto main. An LLM that answers nothing usable (after its retries,
 its fallbacks and the budget) leaves the step to the playbook, and the ``promoted`` event names which one wrote it.
@@ -33,14 +33,14 @@ def step(rt: Runtime, state: RunState) -> dict:
     promotions = list(state.promotions)
     last = next((i for i, p in enumerate(promotions) if p.phase == state.phase - 1), None)
     if last is not None and len(state.results) >= 2 and not promotions[last].effect:  # judged once
-        before, after = (r.eval.accuracy for r in state.results[-2:])
+        before, after = (r.dev.accuracy for r in state.results[-2:])
         promo, rose = promotions[last], after > before
         rt.emit("keep_discard", phase=state.phase, branch=promo.branch, kept=rose, accuracy=[before, after])
-        verdict = f"{'kept' if rose else 'discarded'}: held-out accuracy {before:.1%} -> {after:.1%}"
+        verdict = f"{'kept' if rose else 'discarded'}: dev accuracy {before:.1%} -> {after:.1%}"
         promotions[last] = promo = promo.model_copy(update={"effect": verdict})
         if not rose and not promo.reverted_sha:
             promotions[last] = undo(rt, promo, state.phase, f"Discard {promo.branch}: {promo.candidate.variable}",
-                                    "held-out accuracy did not rise", {"Reason": "keep/discard: accuracy did not rise"})
+                                    "dev accuracy did not rise", {"Reason": "keep/discard: accuracy did not rise"})
     if any(p.phase == state.phase for p in promotions):  # this phase's edit is made (a re-run after a kill)
         return {"promotions": promotions, "round_due": False}
     if state.phase >= rt.cfg.phases and not rt.cfg.evolution.final_round:
@@ -83,14 +83,14 @@ def _merged_before(rt: Runtime, phase: int) -> Promotion | None:
 def scalar_finding(state: RunState, promotions: list[Promotion]) -> Diagnosis:
     """What the scalar loop knows, as the one finding an LLM Engineer answers: the accuracy after each phase, and
     every edit with its verdict."""
-    accuracy = ", ".join(f"phase {r.phase} {r.eval.accuracy:.1%}" for r in state.results) or "none yet"
+    accuracy = ", ".join(f"phase {r.phase} {r.dev.accuracy:.1%}" for r in state.results) or "none yet"
     edits = "; ".join(f"phase {p.phase}: {p.candidate.intervention} ({p.candidate.variable}), "
                       f"{p.effect or 'training now'}" for p in promotions) or "none yet"
     return Diagnosis(
-        id="scalar", layer="score", failure_mode="held_out_accuracy", severity=1.0, confidence=1.0,
-        status="confirmed", statement=f"Held-out accuracy after each phase: {accuracy}. Edits so far, each trained "
-        f"for one phase and kept only if held-out accuracy rose: {edits}. Propose the one edit most likely to raise "
-        "held-out accuracy after the next phase.")
+        id="scalar", layer="score", failure_mode="dev_accuracy", severity=1.0, confidence=1.0,
+        status="confirmed", statement=f"Dev accuracy after each phase: {accuracy}. Edits so far, each trained "
+        f"for one phase and kept only if dev accuracy rose: {edits}. Propose the one edit most likely to raise "
+        "dev accuracy after the next phase.")
 
 
 def _llm_edit(rt: Runtime, state: RunState, promotions: list[Promotion], main: str) -> Candidate | None:
@@ -115,8 +115,8 @@ def _playbook_edit(rt: Runtime, state: RunState, promotions: list[Promotion], ma
             continue
         branch = f"candidates/phase-{state.phase}-kd"
         cand = Candidate(branch=branch, base_sha=main, diagnosis_id="none", intervention=intervention.name,
-                         hypothesis=f"If {intervention.summary}, held-out accuracy rises, because {intervention.because}", variable=intervention.variable,
-                         target_metric="held-out accuracy", direction="up", expected="held-out accuracy rises",
+                         hypothesis=f"If {intervention.summary}, dev accuracy rises, because {intervention.because}", variable=intervention.variable,
+                         target_metric="dev accuracy", direction="up", expected="dev accuracy rises",
                          rollback="reverted by the next phase if accuracy does not rise", files=sorted(edits))
         cand.sha = rt.repo.commit_candidate(branch, main, edits, f"{intervention.variable}: {intervention.summary}",
                                             "keep/discard: the next playbook edit", {"Variable": cand.variable})

@@ -29,7 +29,8 @@ class Runtime:
     agents: Agents
     reporter: Reporter
     base_policy: str
-    baseline: EvalResult | None = None  # held-out result of the starting policy ("phase 0")
+    baseline: EvalResult | None = None  # held-out result of the starting policy ("phase 0"): reports only
+    baseline_dev: EvalResult | None = None  # its dev result: what decisions compare with
     repo: HarnessRepo = field(init=False)
     evidence: EvidenceCache = field(init=False)
 

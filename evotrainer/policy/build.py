@@ -2,8 +2,9 @@
 
 ``policy.model: tiny`` builds a character-level tokenizer (a standard ``tokenizer.json``, loadable with
 ``AutoTokenizer``) and a small Qwen2-style model from scratch, then gives it a short supervised warm-up on the
-training split until a probe of training tasks reaches ``warmup_target_accuracy``, so RL starts from a partly
-competent policy. Nothing is downloaded. The result is cached by a hash of its settings and training pool under
+warm-up split (disjoint from the RL pool, dev and held-out splits) until a probe of unseen warm-up tasks reaches
+``warmup_target_accuracy``, so RL starts from a partly competent policy on tasks it has never seen. Nothing is
+downloaded. The result is cached by a hash of its settings and warm-up split under
 ``$EVOTRAINER_CACHE`` (default ``~/.cache/evotrainer``) and copied into ``RUN_DIR/policy/base``.
 
 Any other ``policy.model`` is a Hugging Face id or a local path: the trainer service loads it with transformers,
@@ -143,10 +144,10 @@ def warm_up(model, tokenizer, examples: list[tuple[str, str]], cfg: TinyPolicyCo
     return {"steps": step, "probe_accuracy": acc, "seconds": round(time.time() - t0, 1)}
 
 
-def _cache_key(cfg: Config, train_tasks: list[dict]) -> str:
+def _cache_key(cfg: Config, warmup_tasks: list[dict]) -> str:
     blob = json.dumps(
         {"tiny": cfg.policy.tiny.model_dump(), "seed": cfg.seed, "domain": cfg.domain,
-         "tasks": [t["id"] + t["answer"] for t in train_tasks[:2000]], "v": 3},
+         "tasks": hashlib.sha256(json.dumps(warmup_tasks, sort_keys=True).encode()).hexdigest(), "v": 4},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -171,7 +172,7 @@ def resolve_model(model: str) -> str:
     return model
 
 
-def ensure_base_policy(cfg: Config, run_dir: Path, train_tasks: list[dict], canonical_prompt, log=print,
+def ensure_base_policy(cfg: Config, run_dir: Path, warmup_tasks: list[dict], canonical_prompt, log=print,
                        progress=None) -> str:
     """Return what the first phase starts from: a model id/path, or ``RUN_DIR/policy/base`` for the tiny policy.
 
@@ -182,7 +183,7 @@ def ensure_base_policy(cfg: Config, run_dir: Path, train_tasks: list[dict], cano
     target = run_dir / "policy" / "base"
     if (target / "config.json").exists():
         return str(target)
-    cached = cache_root() / "policies" / _cache_key(cfg, train_tasks)
+    cached = cache_root() / "policies" / _cache_key(cfg, warmup_tasks)
     if not (cached / "config.json").exists():
         import torch
 
@@ -191,11 +192,11 @@ def ensure_base_policy(cfg: Config, run_dir: Path, train_tasks: list[dict], cano
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # the save's shard bar would interleave with the run's own output
-        log("building the tiny policy (character-level Qwen2) and warming it up on the training split")
+        log("building the tiny policy (character-level Qwen2) and warming it up on the warm-up split")
         tokenizer = build_tokenizer()
         model = build_model(cfg.policy.tiny, len(tokenizer), cfg.seed)
         rng = random.Random(cfg.seed)
-        tasks = list(train_tasks)
+        tasks = list(warmup_tasks)
         rng.shuffle(tasks)
         examples = [(canonical_prompt(t), t["answer"]) for t in tasks]
         bar = progress("warming up the tiny policy", cfg.policy.tiny.warmup_steps) if progress else \

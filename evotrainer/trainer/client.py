@@ -133,7 +133,8 @@ class TrainerClient:
         raise TrainerError(f"phase {request.phase} did not finish within {timeout_s:.0f} s")
 
     def evaluate(self, request: EvalRequest, timeout_s: float = 1800) -> EvalResult:
-        """Held-out accuracy of a checkpoint with the evaluator's prompt and verifier (blocks until done)."""
+        """A checkpoint's score on one split of the run (``request.split``) with the evaluator's prompt and verifier
+        (blocks until done)."""
         def call() -> EvalResult:
             resp = self.http.post("/evaluate", json=request.model_dump(mode="json"), timeout=timeout_s)
             if resp.status_code >= 400:

@@ -1,4 +1,5 @@
-"""One training phase: TRL's GRPOTrainer driven by a harness commit, every rollout logged, then held-out eval.
+"""One training phase: TRL's GRPOTrainer driven by a harness commit, every rollout logged, then the dev and held-out
+splits scored.
 
 How the harness reaches TRL (all harness code runs in the sandbox worker, never in this process):
 
@@ -14,8 +15,8 @@ The request and result types are in ``wire.py``, the bridge to TRL in ``hooks.py
 ``model.py``. With several processes (``trainer.processes``, launched by ``launch.py``) every rank runs these
 functions: rank 0 draws the tasks and prompts and broadcasts them, each rank trains its share of each batch, and
 rank 0 alone logs the rollouts, evaluates and saves (the other ranks return None).
-The evaluator's verifier fills ``verified`` on every rollout (the harness never sees it), and the held-out
-split is scored with the evaluator's canonical prompt after training, so accuracy is comparable across harness
+The evaluator's verifier fills ``verified`` on every rollout (the harness never sees it), and the dev and held-out
+splits are scored with the evaluator's canonical prompt after training, so accuracy is comparable across harness
 versions. Outputs are written under temporary names and renamed when complete: a killed phase leaves nothing
 that looks finished.
 """
@@ -222,7 +223,8 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
             optimizer_state = None
         shutil.rmtree(scratch, ignore_errors=True)
         args = GRPOConfig(**grpo_config(req, knobs, device, scratch))
-        hooks = HarnessHooks(worker, knobs, domain, req.phase, req.harness_sha, stop_ids(model, tokenizer))
+        hooks = HarnessHooks(worker, knobs, domain, req.phase, req.harness_sha, stop_ids(model, tokenizer),
+                             step_shift=trial_window(req, task_seed))
         train_logs: dict[str, list[float]] = defaultdict(list)
 
         class _Progress(TrainerCallback):
@@ -277,8 +279,9 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
     hooks, logs, rd = out.hooks, out.logs, out.rd
 
     progress({"stage": "eval", "step": req.steps, "total": req.steps})
-    result_eval = evaluate(out.model, out.tokenizer, out.domain, rd.eval_tasks(), req.training.eval_max_new_tokens, out.device,
-                           samples=req.training.eval_samples, chat=req.policy.chat)
+    held_out, dev = (evaluate(out.model, out.tokenizer, out.domain, tasks, req.training.eval_max_new_tokens, out.device,
+                              samples=req.training.eval_samples, chat=req.policy.chat)
+                     for tasks in (rd.eval_tasks(), rd.dev_tasks()))
     rollout_path = rd.rollout_file(req.phase)
     write_rollouts(hooks.rollouts, rollout_path)
     stats = group_stats([r.model_dump() for r in hooks.rollouts])
@@ -304,7 +307,7 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
     result = PhaseResult(
         phase=req.phase, harness_sha=req.harness_sha, steps=req.steps,
         train={k: v for k, v in train.items() if v is not None},
-        eval=result_eval, rollout_path=str(rollout_path), checkpoint_path=str(ckpt),
+        eval=held_out, dev=dev, rollout_path=str(rollout_path), checkpoint_path=str(ckpt),
         wall_time_s=round(time.time() - t0, 2), tokens=hooks.tokens, completions=len(hooks.rollouts),
         skipped_batches=hooks.skipped_batches, sandbox_attempts=out.attempts,
     )
@@ -323,13 +326,22 @@ def _mix(*parts: object) -> int:
 
 def task_seed(req: PhaseRequest) -> int:
     """The seed of a job's task draws and sampling. A phase has its own; a counterfactual phase (a pilot scored on
-    the held-out split) draws the real phase's at replicate 0, so the old main meets exactly what the edit met, and
+    the dev split) draws the real phase's at replicate 0, so the old main meets exactly what the edit met, and
     another draw per replicate (training's randomness, measured); the arms of an A/B trial draw their own. A rerun
     (``training.rerun``) draws anew everywhere."""
     run = (req.seed, req.phase, req.training.rerun)
-    if not req.pilot or (req.held_out and req.replicate == 0):
+    if not req.pilot or (req.counterfactual and req.replicate == 0):
         return _mix("tasks", *run)
-    return _mix("tasks", *run, "counterfactual" if req.held_out else "trial", req.replicate)
+    return _mix("tasks", *run, "counterfactual" if req.counterfactual else "trial", req.replicate)
+
+
+def trial_window(req: PhaseRequest, seed: int) -> int:
+    """Where a pilot's steps sit in the phase, as harness code sees them: a pilot shorter than a phase shows its
+    batches as steps ``k + 1 .. k + steps`` with ``k`` drawn from the job's seed over the whole phase (both arms of a
+    trial share it), so a filter that keys on ``step`` meets in a trial the steps a phase has, and cannot behave for
+    a trial's first 20 steps and differently after. A phase (and a counterfactual phase) shows its own steps: 0."""
+    room = req.training.steps_per_phase - req.steps
+    return random.Random(_mix("window", seed)).randrange(room + 1) if req.pilot and room > 0 else 0
 
 
 def sampling_seed(req: PhaseRequest) -> int:
@@ -342,8 +354,8 @@ def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotRe
 
     Main and a candidate piloted with the same request fields see the same tasks and seeds (they depend on the
     phase and the replicate, not on the sha), so the two arms of an A/B trial differ only by what the candidate
-    changed. The probe split comes from the training pool. The held-out split is scored only for a counterfactual
-    phase (``held_out``): the old main trained like the phase that first trained a promoted edit.
+    changed. The probe is drawn from the dev split; a counterfactual phase (``counterfactual``: the old main trained
+    like the phase that first trained a promoted edit) scores the whole dev split. No pilot reads the held-out split.
     """
     from evotrainer.rundir import RunDir
 
@@ -356,9 +368,9 @@ def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotRe
         return None
     write_rollouts(trained.hooks.rollouts, out)
     probe = None
-    if req.probe_size or req.held_out:
+    if req.probe_size or req.counterfactual:
         progress({"stage": "probe", "step": req.steps, "total": req.steps})
-        tasks = rd.eval_tasks() if req.held_out else rd.probe_tasks(req.probe_size)
+        tasks = rd.dev_tasks() if req.counterfactual else rd.probe_tasks(req.probe_size)
         probe = evaluate(trained.model, trained.tokenizer, trained.domain, tasks, req.training.eval_max_new_tokens,
                          trained.device, samples=req.training.eval_samples, chat=req.policy.chat)
     return PilotResult(harness_sha=req.harness_sha, steps=req.steps, replicate=req.replicate, rollout_path=str(out),

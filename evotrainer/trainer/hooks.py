@@ -159,8 +159,9 @@ def make_trainer_class():
 class HarnessHooks:
     """The bridge between TRL's callbacks and the sandboxed harness worker, plus the rollout log."""
 
-    def __init__(self, worker, knobs: Knobs, domain, phase: int, sha: str, eos_ids: list[int]):
+    def __init__(self, worker, knobs: Knobs, domain, phase: int, sha: str, eos_ids: list[int], step_shift: int = 0):
         self.worker = worker
+        self.step_shift = step_shift  # added to the step harness code sees (and the log records): see trial_window
         self.knobs = knobs
         self.domain = domain
         self.phase = phase
@@ -200,6 +201,7 @@ class HarnessHooks:
                ) -> tuple[list[bool], list[float]]:
         """(kept flag, advantage to train with) per rollout of one generated batch (``scoring``'s rules)."""
         groups = []
+        step += self.step_shift
         for g in range(0, len(batch), group_size):
             gid = f"p{self.phase}-s{step}-g{g // group_size}"
             members = batch[g : g + group_size]

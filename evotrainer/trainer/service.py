@@ -61,7 +61,7 @@ class _Jobs:
         self.active: str | None = None
 
     def key(self, req: PhaseRequest) -> str:
-        kind = f"pilot-{req.replicate}-{req.probe_size}-{req.held_out}-{req.steps}" if req.pilot else "phase"
+        kind = f"pilot-{req.replicate}-{req.probe_size}-{req.counterfactual}-{req.steps}" if req.pilot else "phase"
         return f"{Path(req.run_dir).resolve()}::{req.phase}::{req.harness_sha}::{kind}"
 
 
@@ -155,7 +155,7 @@ def create_app(token: str | None = None) -> FastAPI:
         except PolicyLoadError as err:
             raise HTTPException(422, str(err)) from None
         model.to(dev)
-        result = evaluate(model, tokenizer, get_domain(req.domain), RunDir(req.run_dir).eval_tasks(),
+        result = evaluate(model, tokenizer, get_domain(req.domain), RunDir(req.run_dir).tasks(req.split),
                           req.training.eval_max_new_tokens, dev, samples=req.training.eval_samples,
                           chat=req.policy.chat)
         return result.model_dump(mode="json")

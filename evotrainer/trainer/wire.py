@@ -14,6 +14,8 @@ Try it alone: ``python -m evotrainer.trainer.wire`` prints the request the defau
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.config import Config, PolicyConfig, SandboxConfig, TrainerConfig, TrainingConfig
@@ -60,8 +62,9 @@ class PhaseRequest(_Wire):
     pilot: bool = Field(False, description="a pilot (an A/B trial arm): train from init_checkpoint, keep rollouts, "
                         "score the probe split, save nothing")
     replicate: int = Field(0, ge=0, description="a trial's replicate: shifts the seeds of training and task sampling")
-    probe_size: int = Field(0, ge=0, description="a pilot scores this many probe tasks from the training pool")
-    held_out: bool = Field(False, description="a pilot scores the held-out split instead (a counterfactual phase)")
+    probe_size: int = Field(0, ge=0, description="a pilot scores this many probe tasks of the dev split")
+    counterfactual: bool = Field(
+        False, description="a pilot scores the whole dev split instead of the probe (a counterfactual phase)")
     # the run's config sections, as they are (their fields, bounds and help live in evotrainer/config.py only)
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="the config's training section")
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="the config's policy section")
@@ -83,7 +86,8 @@ class PhaseRequest(_Wire):
 
 
 class EvalRequest(_Wire):
-    run_dir: str = Field(description="the run directory whose held-out split is scored")
+    run_dir: str = Field(description="the run directory whose split is scored")
+    split: Literal["held_out", "dev"] = Field("held_out", description="which of the run's splits to score")
     checkpoint: str = Field(description="model id or path to score")
     domain: str = Field("math", description="task domain")
     training: TrainingConfig = Field(default_factory=TrainingConfig,
@@ -94,6 +98,9 @@ class EvalRequest(_Wire):
     def make(cls, cfg: Config, run_dir: str, checkpoint: str) -> "EvalRequest":
         return cls(run_dir=str(run_dir), checkpoint=checkpoint, domain=cfg.domain, training=cfg.training,
                    policy=cfg.policy)
+
+    def on(self, split: str) -> "EvalRequest":
+        return self.model_copy(update={"split": split})
 
 
 class PilotResult(_Wire):

@@ -14,10 +14,12 @@ so the levels' prompt spaces are disjoint by construction:
 (``python benchmarks/calibrate_levels.py`` measures these: the default warm-up stopped at 2,550 steps with a probe
 accuracy of 35%, held-out greedy 32.7%.)
 
-Tasks are made here, deterministically from the seed (``random.Random``, one stream per level and split): each
-level's held-out split is drawn first, without repeats, then its training pool, without repeats and never a
-held-out prompt (a pool larger than what is left of its space cycles through it again). So a held-out item is
-unseen in training, and the same seed gives the same tasks. The levels are calibrated for the tiny policy of the
+Tasks are made here, deterministically from the seed (``random.Random``, one stream per level and split), into the
+run's four splits (``evotrainer.domains.base.SPLITS``): each level's held-out split is drawn first, without repeats,
+then its dev split (without repeats, never a held-out prompt), then the RL pool and the warm-up pool from what is
+left (never a prompt of another split; a pool larger than what is left cycles through its own prompts again, and
+when both pools want more than is left they share it in proportion to their sizes). So no prompt is in two splits,
+and the same seed gives the same tasks. The levels are calibrated for the tiny policy of the
 demo (``policy.model: tiny`` after its warm-up, see ``evotrainer.policy.build``): level 1 gives RL mostly all-right groups,
 level 4 mostly all-wrong ones, and levels 2-3 the mixed groups that carry signal. A real model can use the same
 levels or harder ones.
@@ -31,7 +33,8 @@ This package is the evaluator's side (tasks, canonical prompt, verifier) and imp
 Engineer's math-only harness edits live in ``agents/domains/math.py``. Try it alone::
 
     python -c "from evotrainer.domains.math import MathDomain; d = MathDomain(); \
-               tr, ev = d.generate(0, 8, 4); print(d.canonical_prompt(ev[0]), ev[0]['answer'])"
+               s = d.splits(0, {'held_out': 4, 'dev': 4, 'rl': 8}); \
+               print(d.canonical_prompt(s['dev'][0]), s['dev'][0]['answer'])"
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import math
 import random
 import re
 
-from evotrainer.domains.base import Domain, Task
+from evotrainer.domains.base import ID_PREFIX, SPLITS, Domain, Task
 
 Shape = tuple[int, ...]  # digits of each term, in order
 # level -> its shapes; a shape belongs to one level only
@@ -110,23 +113,32 @@ class MathDomain(Domain):
     name = "math"
     levels = list(LEVELS)
 
-    def generate(self, seed: int, train_size: int, eval_size: int) -> tuple[list[Task], list[Task]]:
-        per_eval = -(-eval_size // len(LEVELS))
-        per_train = -(-train_size // len(LEVELS))
-        train_tasks: list[Task] = []
-        eval_tasks: list[Task] = []
+    def splits(self, seed: int, sizes: dict[str, int]) -> dict[str, list[Task]]:
+        out: dict[str, list[Task]] = {name: [] for name in SPLITS}
+        per = {name: -(-max(0, sizes.get(name, 0)) // len(LEVELS)) for name in SPLITS}  # per level, rounded up
         for level in LEVELS:
             size = space_size(level)
-            if 2 * per_eval > size:
-                raise ValueError(f"training.eval_size: {eval_size} asks {per_eval} held-out tasks of math level "
-                                 f"{level}, more than half its {size} distinct prompts")
-            held = _distinct(random.Random(f"math-{seed}-{level}-eval"), size, per_eval, set())
-            eval_tasks += [self._task(f"eval-{level}-{n}", level, i) for n, i in enumerate(held)]
-            rng = random.Random(f"math-{seed}-{level}-train")
-            pool = _distinct(rng, size, min(per_train, size - per_eval), set(held))
-            pool += [pool[n % len(pool)] for n in range(per_train - len(pool))]  # only when the space runs out
-            train_tasks += [self._task(f"train-{level}-{n}", level, i) for n, i in enumerate(pool)]
-        return train_tasks, eval_tasks
+            if 2 * (per["held_out"] + per["dev"]) > size:
+                raise ValueError(f"training.eval_size and training.dev_size ask {per['held_out']} + {per['dev']} "
+                                 f"tasks of math level {level}, more than half its {size} distinct prompts")
+            taken: set[int] = set()
+            drawn: dict[str, list[int]] = {}
+            for name in ("held_out", "dev"):  # without repeats
+                drawn[name] = _distinct(random.Random(f"math-{seed}-{level}-{ID_PREFIX[name]}"), size, per[name], taken)
+                taken.update(drawn[name])
+            # the training pools share what is left, in proportion to their sizes when it is too little for both
+            left, want = size - len(taken), per["rl"] + per["warmup"]
+            distinct = {"rl": min(per["rl"], left if want <= left else round(left * per["rl"] / want))}
+            distinct["warmup"] = min(per["warmup"], left - distinct["rl"])
+            for name in ("rl", "warmup"):
+                if per[name] and not distinct[name]:
+                    raise ValueError(f"math level {level} has no prompt left for the {name} split ({size} prompts)")
+                ids = _distinct(random.Random(f"math-{seed}-{level}-{ID_PREFIX[name]}"), size, distinct[name], taken)
+                taken.update(ids)
+                drawn[name] = ids + [ids[n % len(ids)] for n in range(per[name] - len(ids))]  # a small space cycles
+            for name in SPLITS:
+                out[name] += [self._task(f"{ID_PREFIX[name]}-{level}-{n}", level, i) for n, i in enumerate(drawn[name])]
+        return out
 
     @staticmethod
     def _task(task_id: str, level: str, index: int) -> Task:
