@@ -1,7 +1,8 @@
-"""How often does the A/B trial promote an edit that cannot help? (goal: at most 5% of trials)
+"""How often does a round of A/B trials promote an edit that cannot help? (goal: at most 5% of rounds)
 
-Each trial is the gate's own decision (``evotrainer.judge.checks.trial_check``) on two arms trained from the same
-checkpoint, scored on the probe split:
+Each trial is the gate's own decision (``evotrainer.judge.checks.trial_check``, at the level the loop uses:
+``round_level`` of the run's ``backtest.false_promotion_rate`` over the most trials a phase can run) on two arms
+trained from the same checkpoint, scored on the probe of the dev split:
 
     --null seeds   main against itself: both arms train main's harness; the candidate arm's seeds are shifted, so
                    the arms differ only by training's randomness (what any edit without a real effect looks like
@@ -9,11 +10,13 @@ checkpoint, scored on the probe split:
     --null noise   main against a pure-noise reward tie-break (1e-3 x a hash of the completion): it changes every
                    update, cannot carry information about correctness
 
-Trials differ by phase number, so each one draws other tasks and seeds. Prints each trial and the rate.
-``--first K`` starts at trial K + 1, so more trials on the same run directory add new draws to the ones made.
+A round is what one phase's backtest does: main's arm trained once, then ``--per-round K`` candidates (each another
+shift of the seeds, or the same noise edit at other seeds), each judged against it; the round promotes when any
+trial passes. Rounds differ by phase number, so each one draws other tasks and seeds. Prints each trial, each
+round, and the rates. ``--first K`` starts at round K + 1, so more rounds on the same run directory add new draws.
 
-    python benchmarks/false_promotion.py [--trials 20] [--first 0] [--steps 20] [--seeds 2] [--probe 300]
-        [--null seeds] [--run-dir DIR]
+    python benchmarks/false_promotion.py [--rounds 40] [--per-round 3] [--first 0] [--steps 20] [--seeds 2]
+        [--probe 300] [--null seeds] [--run-dir DIR]
 """
 
 from __future__ import annotations
@@ -42,11 +45,12 @@ COMPONENTS = {"correct": correct, "tie_break": tie_break}
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=20)
-    ap.add_argument("--first", type=int, default=0, help="trials already made (new trials start after them)")
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--per-round", type=int, default=3, help="candidate trials per round (main's arm is shared)")
+    ap.add_argument("--first", type=int, default=0, help="rounds already made (new rounds start after them)")
     ap.add_argument("--steps", type=int, default=20, help="generated batches per trial arm")
     ap.add_argument("--seeds", type=int, default=2, help="replicates per arm")
-    ap.add_argument("--probe", type=int, default=300, help="probe tasks")
+    ap.add_argument("--probe", type=int, default=300, help="probe tasks (of the dev split)")
     ap.add_argument("--null", choices=["seeds", "noise"], default="seeds")
     ap.add_argument("--run-dir", type=Path, default=None, help="reuse a run directory (default: a fresh one)")
     a = ap.parse_args()
@@ -55,7 +59,7 @@ def main() -> None:
     from evotrainer import config as C
     from evotrainer.config import SandboxConfig
     from evotrainer.harness.repo import HarnessRepo
-    from evotrainer.judge.checks import trial_check
+    from evotrainer.judge.checks import round_level, trial_check
     from evotrainer.rundir import RunDir
     from evotrainer.trainer.grpo import run_pilot
     from evotrainer.trainer.wire import PhaseRequest
@@ -64,14 +68,16 @@ def main() -> None:
     if not rd.exists():
         rd.init(C.parse({}), log=print)
     base = rd.ensure_policy(log=print)
-    training = rd.load_config().training  # the run's batch, as its phases and trials use it
+    cfg = rd.load_config()
+    training = cfg.training  # the run's batch, as its phases and trials use it
+    ev = cfg.evolution
+    level = round_level(cfg.backtest.false_promotion_rate, ev.max_candidates * ev.max_engineer_rounds)
     repo = HarnessRepo(rd.harness)
     main_sha = repo.sha("main")
     cand_sha = main_sha
     if a.null == "noise":
         rewards = repo.show_file("main", "rewards.py").replace('COMPONENTS = {"correct": correct}', NOISE.strip())
         cand_sha = repo.commit_candidate("candidates/null-noise", main_sha, {"rewards.py": rewards}, "noise", "", {})
-    shift = a.seeds if a.null == "seeds" else 0
 
     def arm(sha: str, phase: int, offset: int) -> list:
         return [run_pilot(PhaseRequest(run_dir=str(rd.root), phase=phase, harness_sha=sha, pilot=True,
@@ -79,19 +85,27 @@ def main() -> None:
                                        training=training, probe_size=a.probe, sandbox=SandboxConfig())).probe
                 for r in range(a.seeds)]
 
-    promoted = 0
+    rounds_promoted = trials = trials_promoted = 0
     gains, margins = [], []
     t0 = time.time()
-    for t in range(a.first, a.first + a.trials):
-        phase = 100 + t
-        check = trial_check(arm(main_sha, phase, 0), arm(cand_sha, phase, shift))
-        promoted += check.passed
-        gains.append(check.candidate - check.base)
-        margins.append(check.threshold - check.base)  # the gain this trial needed to promote: its interval's lower side
-        print(f"trial {t + 1:2d}: {'PROMOTED' if check.passed else 'rejected'}  {check.detail}", flush=True)
-    rate = promoted / a.trials
-    print(f"\nnull={a.null}: {promoted} of {a.trials} trials promoted ({rate:.0%}); goal <= 5%; "
-          f"{a.steps} batches x {a.seeds} seed(s) per arm, {a.probe} probe tasks; {time.time() - t0:.0f} s")
+    for r in range(a.first, a.first + a.rounds):
+        phase = 100 + r
+        main = arm(main_sha, phase, 0)
+        passed = 0
+        for k in range(1, a.per_round + 1):  # each candidate of the round at other seeds than main's and each other's
+            check = trial_check(main, arm(cand_sha, phase, a.seeds * k), level=level)
+            trials, trials_promoted, passed = trials + 1, trials_promoted + check.passed, passed + check.passed
+            gains.append(check.candidate - check.base)
+            margins.append(check.threshold - check.base)  # the gain this trial needed: its interval's lower side
+            print(f"round {r + 1:2d} trial {k}: {'PROMOTED' if check.passed else 'rejected'}  {check.detail}",
+                  flush=True)
+        rounds_promoted += passed > 0
+        print(f"round {r + 1:2d}: {'PROMOTED' if passed else 'nothing promoted'}", flush=True)
+    rate = rounds_promoted / a.rounds
+    print(f"\nnull={a.null}: {rounds_promoted} of {a.rounds} rounds promoted ({rate:.1%}; goal <= "
+          f"{cfg.backtest.false_promotion_rate:.0%}); {trials_promoted} of {trials} trials; each trial at level "
+          f"{level:.2%}; {a.per_round} trial(s) per round, {a.steps} batches x {a.seeds} seed(s) per arm, {a.probe} "
+          f"probe tasks; {time.time() - t0:.0f} s")
     if len(gains) > 1:
         print(f"the null's gain: mean {statistics.mean(gains):+.4f}, sd {statistics.stdev(gains):.4f}; the gate's "
               f"margin: mean {statistics.mean(margins):.4f} (an edit whose probe gain is that large is promoted "

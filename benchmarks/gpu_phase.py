@@ -90,8 +90,9 @@ def make_run(folder: Path, model: str, args) -> tuple:
         knobs["learning_rate"] = args.learning_rate
     (harness / "harness.yaml").write_text(yaml.safe_dump(knobs))
     cfg = apply_overrides(parse({}), [
-        f"policy.model={model}", f"policy.device={args.device}", f"harness={harness}", "training.eval_size=12", "training.dev_size=40",
-        f"training.prompts_per_step={args.prompts}", "training.train_pool_size=2000", "sandbox.backend=process"])
+        f"policy.model={model}", f"policy.device={args.device}", f"harness={harness}", "training.eval_size=12",
+        "training.dev_size=40", f"training.prompts_per_step={args.prompts}", "training.train_pool_size=2000",
+        "sandbox.backend=process"])
     rd = RunDir(folder / "run")
     shutil.rmtree(rd.root, ignore_errors=True)
     rd.init(cfg, log=lambda *_: None)

@@ -175,14 +175,14 @@ class EvolutionConfig(_Section):
     max_evidence_rounds: int = Field(1, ge=0, description="times the Critic may send diagnoses back for evidence")
     counterfactual: bool = Field(
         True, description="after a promotion, train the old main like the phase that first trains the edit (same "
-        "checkpoint and seeds) and compare the two on the held-out split, paired per task and seed: the edit's "
+        "checkpoint and seeds) and compare the two on the dev split, paired per task and seed: the edit's "
         "realized effect. A loss beyond the margin rolls the edit back by a new commit on main"
     )
     counterfactual_seeds: int = Field(
         2, ge=1, description="seeds of the realized-effect comparison. Seed 0 is the phase itself against the old "
         "main; each further seed trains the old and the new main once more for a phase, from the same checkpoint. "
         "With 1 the interval carries no run-to-run noise of training: two runs of one harness from one checkpoint "
-        "ended 2-3 held-out points apart at 500 steps (benchmarks/trial_horizon.py --shift --held-out)"
+        "ended 2-3 held-out points apart at 500 steps (benchmarks/trial_horizon.py --shift --dev)"
     )
     max_promotions_per_phase: int = Field(
         1, ge=0, le=1, description="passing candidates merged per phase: 1, or 0 to keep the harness fixed. Each "
@@ -213,6 +213,10 @@ class BacktestConfig(_Section):
         "edits only a training run can judge (RL knobs) are not proposed"
     )
     trial_seeds: int = Field(2, ge=1, description="replicates of each trial arm (different seeds, paired by seed)")
+    false_promotion_rate: float = Field(
+        0.05, gt=0, lt=1, description="the most often a phase's round of trials, none of whose candidates can help, "
+        "may promote one: each trial's paired interval is at 1 - rate / (evolution.max_candidates x "
+        "evolution.max_engineer_rounds), the most trials a phase can run (0.05 and 3 x 2: 99.2%)")
     probe_size: int = Field(
         300, ge=20, description="dev tasks the trial's arms are scored on, paired per task (the same ones every "
         "trial; the whole dev split when it has fewer)"

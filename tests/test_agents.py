@@ -26,7 +26,8 @@ from tests.conftest import rollouts
 
 
 def _result(phase: int, accuracy: float) -> PhaseResult:
-    return PhaseResult(phase=phase, harness_sha="0" * 40, steps=10, eval=EvalResult(accuracy=accuracy, n=300), dev=EvalResult(accuracy=accuracy, n=300),
+    return PhaseResult(phase=phase, harness_sha="0" * 40, steps=10, eval=EvalResult(accuracy=accuracy, n=300),
+                       dev=EvalResult(accuracy=accuracy, n=300),
                        rollout_path="", checkpoint_path="", wall_time_s=1.0, tokens=100)
 
 

@@ -204,6 +204,24 @@ def test_the_trial_holds_only_the_candidates_own_attempts_against_it() -> None:
     assert trial_verdict(main, [_pilot([1] * 100, [inherited])]).passed
 
 
+def test_a_trial_holds_the_false_promotion_rate_per_round_not_per_trial() -> None:
+    """With up to 6 trials a phase (3 candidates x 2 Engineer rounds), each must clear zero at 1 - 0.05 / 6: a gain
+    that clears 95% but not 99.2% is promoted alone and not in a round of six."""
+    from evotrainer import config as C
+    from evotrainer.judge.checks import round_level, trial_verdict
+
+    cfg = C.parse({})
+    trials = cfg.evolution.max_candidates * cfg.evolution.max_engineer_rounds
+    level = round_level(cfg.backtest.false_promotion_rate, trials)
+    assert trials == 6 and level == pytest.approx(1 - 0.05 / 6)
+    main = [_pilot([1] * 100 + [0] * 200)]
+    for gained, alone, in_round in ((15, True, False), (30, True, True), (10, False, False)):
+        cand = [_pilot([1] * 95 + [0] * 5 + [1] * gained + [0] * (200 - gained))]  # 5 of main's tasks lost
+        assert trial_verdict(main, cand).passed == alone, gained
+        check = trial_verdict(main, cand, level)
+        assert check.passed == in_round and "(99.2% CI" in check.detail, (gained, check.detail)
+
+
 def test_only_an_edit_that_changed_nothing_or_trained_and_lost_is_not_retried() -> None:
     from evotrainer.contracts import Check
 

@@ -216,7 +216,8 @@ def test_a_run_longer_than_the_bench_is_scored_after_the_bench_s_last_phase(tmp_
     for phase, correct in ((1, 10), (2, 20), (3, 30)):
         folder = rd.checkpoints / f"phase-{phase}"
         folder.mkdir(parents=True)
-        result = PhaseResult(phase=phase, harness_sha="0" * 40, steps=60, eval=_final(set(range(correct))), dev=_final(set()),
+        result = PhaseResult(phase=phase, harness_sha="0" * 40, steps=60, eval=_final(set(range(correct))),
+                             dev=_final(set()),
                              rollout_path="", checkpoint_path=str(folder), wall_time_s=10.0, tokens=0)
         (folder / "result.json").write_text(result.model_dump_json())
     out = _outcome(rd, 2)

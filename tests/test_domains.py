@@ -50,7 +50,8 @@ def test_the_four_splits_share_no_prompt_in_every_domain(name):
         owner: dict[str, str] = {}
         for split, tasks in s.items():
             for t in tasks:
-                assert owner.setdefault(domain.canonical_prompt(t), split) == split, (t, owner[domain.canonical_prompt(t)])
+                prompt = domain.canonical_prompt(t)
+                assert owner.setdefault(prompt, split) == split, (t, owner[prompt])
         assert all(s[k] for k in SPLITS)
 
 

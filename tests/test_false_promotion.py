@@ -21,18 +21,21 @@ def test_main_against_itself_prints_each_trial_the_rate_and_the_gate_s_margin(tm
     run = tmp_path / "run"
     cli(["init", str(run), *[a for o in FAST for a in ("--set", o)]], cli_env)
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "false_promotion.py"), "--run-dir", str(run),
-                          "--trials", "2", "--first", "5", "--steps", "1", "--seeds", "2", "--probe", "40"],
+                          "--rounds", "2", "--per-round", "2", "--first", "5", "--steps", "1", "--seeds", "2", "--probe",
+                          "40"],
                          env=cli_env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
-    trials = re.findall(r"^trial +(\d+): (PROMOTED|rejected) +gain ([-+][\d.]+) \(95% CI ([-+][\d.]+) to",
-                        out.stdout, re.M)
-    assert [int(t[0]) for t in trials] == [6, 7]  # after the 5 trials already made: new draws
-    promoted = sum(t[1] == "PROMOTED" for t in trials)
-    assert f"null=seeds: {promoted} of 2 trials promoted" in out.stdout
-    gains = [float(t[2]) for t in trials]
-    margins = [float(t[2]) - float(t[3]) for t in trials]
+    trials = re.findall(r"^round +(\d+) trial (\d): (PROMOTED|rejected) +gain ([-+][\d.]+) \(99.2% CI ([-+][\d.]+) "
+                        r"to", out.stdout, re.M)
+    assert [(int(t[0]), int(t[1])) for t in trials] == [(6, 1), (6, 2), (7, 1), (7, 2)]  # after 5 rounds: new draws
+    rounds = {int(t[0]) for t in trials if t[2] == "PROMOTED"}
+    promoted = sum(t[2] == "PROMOTED" for t in trials)
+    assert f"null=seeds: {len(rounds)} of 2 rounds promoted" in out.stdout
+    assert f"{promoted} of 4 trials; each trial at level 99.17%" in out.stdout
+    gains = [float(t[3]) for t in trials]
+    margins = [float(t[3]) - float(t[4]) for t in trials]
     summary = re.search(r"the null's gain: mean ([-+][\d.]+), sd ([\d.]+); the gate's margin: mean ([\d.]+)",
                         out.stdout)
     assert summary, out.stdout[-1000:]
-    assert float(summary[1]) == pytest.approx(sum(gains) / 2, abs=2e-4)
-    assert float(summary[3]) == pytest.approx(sum(margins) / 2, abs=2e-4) and float(summary[3]) >= 0
+    assert float(summary[1]) == pytest.approx(sum(gains) / 4, abs=2e-4)
+    assert float(summary[3]) == pytest.approx(sum(margins) / 4, abs=2e-4) and float(summary[3]) >= 0

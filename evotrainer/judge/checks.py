@@ -248,23 +248,36 @@ def effect_check(main: dict, cand: dict, candidate: Candidate) -> Check:
 TRIAL = "trial:probe_accuracy"  # the decision's check
 
 
-def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000) -> Check:
+def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000, level: float = 0.95) -> Check:
     """The A/B decision: the candidate's gain in probe accuracy over main, paired per task and per seed, must clear
-    zero at 95% (the lower end of the paired bootstrap interval above 0)."""
+    zero at ``level`` (the lower end of the paired bootstrap interval above 0). The loop passes the level that holds
+    the false-promotion rate per round (:func:`round_level`)."""
     from evotrainer.metrics import paired_gain
 
-    gain = paired_gain([(m.items, c.items) for m, c in zip(main_runs, cand_runs)], resamples=resamples)
+    gain = paired_gain([(m.items, c.items) for m, c in zip(main_runs, cand_runs)], resamples=resamples, level=level)
     main_acc = sum(m.accuracy for m in main_runs) / len(main_runs)
     cand_acc = sum(c.accuracy for c in cand_runs) / len(cand_runs)
     ok = gain["low"] > 0
     return Check(name=TRIAL, base=round(main_acc, 4), candidate=round(cand_acc, 4),
                  threshold=round(main_acc + gain["diff"] - gain["low"], 4),
-                 passed=ok, detail=f"gain {gain['diff']:+.4f} (95% CI {gain['low']:+.4f} to {gain['high']:+.4f}, "
+                 passed=ok, detail=f"gain {gain['diff']:+.4f} ({_pct(level)} CI {gain['low']:+.4f} to "
+                 f"{gain['high']:+.4f}, "
                  f"{gain['n']} probe tasks x {len(main_runs)} seed(s), paired)" + ("" if ok else
                  ": does not clear zero"))
 
 
-def trial_verdict(main_pilots: list, cand_pilots: list) -> Check:
+def round_level(rate: float, trials: int) -> float:
+    """The level of each trial's interval so that a round of up to ``trials`` trials, none of whose candidates can
+    help, promotes one with probability at most ``rate`` (Bonferroni: any of the round's trials may pass, and the
+    round promotes the best that did)."""
+    return 1 - rate / max(1, trials)
+
+
+def _pct(level: float) -> str:
+    return f"{level:.1%}".replace(".0%", "%")
+
+
+def trial_verdict(main_pilots: list, cand_pilots: list, level: float = 0.95) -> Check:
     """The trial's check from both arms' pilots (``PilotResult``): a candidate whose harness code tried a forbidden
     operation while it trained, one main's own code did not make, is rejected for that, named (code may behave in
     the replay and not in training); otherwise the paired A/B decision (``trial_check``)."""
@@ -275,7 +288,7 @@ def trial_verdict(main_pilots: list, cand_pilots: list) -> Check:
     new = [a for key, a in seen(cand_pilots).items() if key not in inherited]
     if new:
         return attempts_check(new, "trial:sandbox_attempts")
-    return trial_check([p.probe for p in main_pilots], [p.probe for p in cand_pilots])
+    return trial_check([p.probe for p in main_pilots], [p.probe for p in cand_pilots], level=level)
 
 
 def with_check(report: BacktestReport, check: Check) -> BacktestReport:

@@ -5,7 +5,8 @@ phase, from the evidence cache), which are the safety checks and the "effect" ch
 trial through the trainer service: from this phase's checkpoint main and the candidate each train
 ``backtest.trial_steps`` generated batches with the same seeds and tasks (``trial_seeds`` replicates; main's arm is
 trained once per phase: the trainer service answers a repeated request with its finished job) and are scored on the
-probe split of the training pool, paired per task. A trial that fails in the trainer is a rejection with its reason,
+probe of the dev split, paired per task, at the level that holds the false-promotion rate per round
+(``backtest.false_promotion_rate`` over the most trials a round can run, ``judge.checks.round_level``). A trial that fails in the trainer is a rejection with its reason,
 never a crash, and so is any other exception judging one candidate ("could not judge: <one line>",
 ``evotrainer.judge.checks.could_not_judge``): the other candidates are still judged and the run goes on. Only what stops
 the run on purpose passes through: a pause (``RunPaused``: an LLM budget spent; LangGraph's interrupts) and
@@ -20,7 +21,7 @@ import time
 from langgraph.errors import GraphBubbleUp
 
 from evotrainer.contracts import BacktestReport, Candidate, Check
-from evotrainer.judge.checks import TRIAL, could_not_judge, judge, trial_verdict, with_check
+from evotrainer.judge.checks import TRIAL, could_not_judge, judge, round_level, trial_verdict, with_check
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.pause import RunPaused
@@ -61,7 +62,9 @@ class Testbed:
         self.rt.emit("trial", phase=self.phase, branch=candidate.branch, completions=spent,
                      main=[r.probe.accuracy for r in self._main_arm], candidate=[r.probe.accuracy for r in cand],
                      sandbox_attempts=[a for r in cand for a in r.sandbox_attempts][:20])
-        return trial_verdict(self._main_arm, cand)
+        ev = self.rt.cfg.evolution
+        level = round_level(self.rt.cfg.backtest.false_promotion_rate, ev.max_candidates * ev.max_engineer_rounds)
+        return trial_verdict(self._main_arm, cand, level)
 
     def judge(self, candidate: Candidate) -> BacktestReport:
         """The replay checks; then, when they all pass and trials are on, the trial decides."""
