@@ -10,13 +10,18 @@ trained from the same checkpoint, scored on the probe of the dev split:
     --null noise   main against a pure-noise reward tie-break (1e-3 x a hash of the completion): it changes every
                    update, cannot carry information about correctness
 
+    --edit 'KEY: VALUE'   power instead: main against an edit of harness.yaml (e.g. 'learning_rate: 2.0e-4'); the
+                   mean paired gain over the rounds estimates what the edit is worth at the trial's length, and the
+                   share of trials promoted is the gate's power at that worth ("an edit worth +X dev points is
+                   promoted Y% of the time")
+
 A round is what one phase's backtest does: main's arm trained once, then ``--per-round K`` candidates (each another
 shift of the seeds, or the same noise edit at other seeds), each judged against it; the round promotes when any
 trial passes. Rounds differ by phase number, so each one draws other tasks and seeds. Prints each trial, each
 round, and the rates. ``--first K`` starts at round K + 1, so more rounds on the same run directory add new draws.
 
     python benchmarks/false_promotion.py [--rounds 40] [--per-round 3] [--first 0] [--steps 20] [--seeds 2]
-        [--probe 300] [--null seeds] [--run-dir DIR]
+        [--probe 300] [--null seeds | --edit 'KEY: VALUE'] [--run-dir DIR]
 """
 
 from __future__ import annotations
@@ -46,14 +51,22 @@ COMPONENTS = {"correct": correct, "tie_break": tie_break}
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=40)
-    ap.add_argument("--per-round", type=int, default=3, help="candidate trials per round (main's arm is shared)")
+    ap.add_argument("--per-round", type=int, default=None, help="candidate trials per round (main's arm is shared; "
+                    "default 3 under --null seeds, else 1: a noise or knob edit trains at main's seeds, as in the "
+                    "loop, so more of it in one round would repeat one trial)")
     ap.add_argument("--first", type=int, default=0, help="rounds already made (new rounds start after them)")
     ap.add_argument("--steps", type=int, default=20, help="generated batches per trial arm")
     ap.add_argument("--seeds", type=int, default=2, help="replicates per arm")
     ap.add_argument("--probe", type=int, default=300, help="probe tasks (of the dev split)")
     ap.add_argument("--null", choices=["seeds", "noise"], default="seeds")
+    ap.add_argument("--edit", default=None, help="'KEY: VALUE' of harness.yaml: measure power, not the null")
     ap.add_argument("--run-dir", type=Path, default=None, help="reuse a run directory (default: a fresh one)")
     a = ap.parse_args()
+    seeds_null = a.null == "seeds" and not a.edit
+    if a.per_round is None:
+        a.per_round = 3 if seeds_null else 1
+    elif a.per_round > 1 and not seeds_null:
+        sys.exit("--per-round > 1 needs --null seeds: a noise or knob edit at main's seeds repeats one trial")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     from evotrainer import config as C
@@ -78,6 +91,16 @@ def main() -> None:
     if a.null == "noise":
         rewards = repo.show_file("main", "rewards.py").replace('COMPONENTS = {"correct": correct}', NOISE.strip())
         cand_sha = repo.commit_candidate("candidates/null-noise", main_sha, {"rewards.py": rewards}, "noise", "", {})
+    if a.edit:
+        key = a.edit.split(":", 1)[0].strip()
+        knobs = repo.show_file("main", "harness.yaml")
+        lines = [f"{a.edit}  # the edit under test" if line.startswith(f"{key}:") else line
+                 for line in knobs.splitlines()]
+        if lines == knobs.splitlines():
+            sys.exit(f"--edit: harness.yaml has no top-level key {key!r}")
+        cand_sha = repo.commit_candidate(f"candidates/power-{key}", main_sha, {"harness.yaml": "\n".join(lines) + "\n"},
+                                         a.edit, "", {})
+    shift = a.seeds if seeds_null else 0
 
     def arm(sha: str, phase: int, offset: int) -> list:
         return [run_pilot(PhaseRequest(run_dir=str(rd.root), phase=phase, harness_sha=sha, pilot=True,
@@ -93,7 +116,7 @@ def main() -> None:
         main = arm(main_sha, phase, 0)
         passed = 0
         for k in range(1, a.per_round + 1):  # each candidate of the round at other seeds than main's and each other's
-            check = trial_check(main, arm(cand_sha, phase, a.seeds * k), level=level)
+            check = trial_check(main, arm(cand_sha, phase, shift * k), level=level)
             trials, trials_promoted, passed = trials + 1, trials_promoted + check.passed, passed + check.passed
             gains.append(check.candidate - check.base)
             margins.append(check.threshold - check.base)  # the gain this trial needed: its interval's lower side
@@ -102,12 +125,14 @@ def main() -> None:
         rounds_promoted += passed > 0
         print(f"round {r + 1:2d}: {'PROMOTED' if passed else 'nothing promoted'}", flush=True)
     rate = rounds_promoted / a.rounds
-    print(f"\nnull={a.null}: {rounds_promoted} of {a.rounds} rounds promoted ({rate:.1%}; goal <= "
+    what = f"edit={a.edit!r}" if a.edit else f"null={a.null}"
+    print(f"\n{what}: {rounds_promoted} of {a.rounds} rounds promoted ({rate:.1%}; goal <= "
           f"{cfg.backtest.false_promotion_rate:.0%}); {trials_promoted} of {trials} trials; each trial at level "
           f"{level:.2%}; {a.per_round} trial(s) per round, {a.steps} batches x {a.seeds} seed(s) per arm, {a.probe} "
           f"probe tasks; {time.time() - t0:.0f} s")
     if len(gains) > 1:
-        print(f"the null's gain: mean {statistics.mean(gains):+.4f}, sd {statistics.stdev(gains):.4f}; the gate's "
+        print(f"the {'edit' if a.edit else 'null'}'s gain: mean {statistics.mean(gains):+.4f}, sd "
+              f"{statistics.stdev(gains):.4f} (se {statistics.stdev(gains) / len(gains) ** 0.5:.4f}); the gate's "
               f"margin: mean {statistics.mean(margins):.4f} (an edit whose probe gain is that large is promoted "
               "about half the time)")
 

@@ -40,7 +40,7 @@ def summarize(state: RunState, effects: list[dict], baseline: EvalResult | None)
                       "variable": c.variable if c else "", "intervention": c.intervention if c else ""})
     return {
         "phase": state.phase, "accuracy": cur.eval.accuracy, "previous_accuracy": prev, "eval_n": cur.eval.n,
-        "change": change,
+        "change": change, "dev_accuracy": cur.dev.accuracy, "dev_n": cur.dev.n,
         "previous_label": "previous" if len(results) > 1 else "start",
         "by_difficulty": cur.eval.by_difficulty, "harness_sha": cur.harness_sha, "train_s": cur.wall_time_s,
         "reward_mean": cur.train.get("reward_mean", 0.0), "dead_group_ratio": cur.train.get("dead_group_ratio", 0.0),
@@ -87,6 +87,8 @@ class Reporter:
         ci = f", 95% CI {ch['low']:+.1%} to {ch['high']:+.1%}{' paired' if ch['method'] == 'paired bootstrap' else ''}" if ch else ""
         delta = f" ({acc - prev:+.1%} vs {s.get('previous_label', 'previous')}{ci})" if prev is not None else ""
         c.rule(f"[bold]phase {s['phase']}[/bold]  held-out accuracy {acc:.1%}{delta}  (n={s['eval_n']})")
+        c.print(f"dev accuracy {s['dev_accuracy']:.1%} (n={s['dev_n']}): what the loop's decisions read; the held-out "
+                "split above only reports", highlight=False)
         c.print(f"trained on main@{s['harness_sha'][:8]} in {s['train_s']:.0f} s: reward {s['reward_mean']:.3f}, "
                 f"dead groups {s['dead_group_ratio']:.0%}, kept {s['kept_fraction']:.0%}, "
                 f"truncated {s['truncation_rate']:.0%}", highlight=False)

@@ -105,6 +105,7 @@ def test_two_phase_run_through_the_real_trainer_service(tmp_path: Path, cli_env)
     out = " ".join(proc.stdout.split())
     assert "starting policy: held-out accuracy" in out and "vs start, 95% CI" in out
     assert "phase 1 held-out accuracy" in out and "phase 2 held-out accuracy" in out
+    assert "what the loop's decisions read" in out  # each phase shows its dev score beside the held-out one
     assert "candidate harness edits" in out or "diagnoses: none" in out
     check_finished_run(run_dir, 2, cli_env)
 

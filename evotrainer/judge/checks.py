@@ -15,8 +15,9 @@ compare its decisions with it:
     replay_time           the replay stays within its time budget
     effect                the edit changes training updates (else rejected as "no effect", before any trial)
     trial:probe_accuracy  the decision (with trials on): from the current checkpoint main and the candidate train
-                          the same short budget with the same seeds and tasks; the candidate's probe-split accuracy
-                          gain, paired per task and seed, must clear zero at 95% (a trial the trainer could not run
+                          the same short budget with the same seeds and tasks; the candidate's accuracy gain on the
+                          dev split's probe, paired per task and seed, must clear zero at the round's level
+                          (``round_level``: 99.2% at the defaults; a trial the trainer could not run
                           fails it with the trainer's words and no accuracy)
     trial:sandbox_attempts  instead of the decision: while training in its trial arms, the candidate's harness code
                           tried a forbidden operation main's did not (named)
