@@ -101,7 +101,7 @@ class Reporter:
                           f"{d['status']}: {d['critique']}")
             c.print(t)
         else:
-            c.print("diagnoses: none (no rule fired)")
+            c.print("diagnoses: none (the Diagnostician named none, and no built-in rule fired)")
         if s["candidates"]:
             t = Table(title="candidate harness edits", expand=True)
             for col in ("branch", "edit", "verdict", "reasons"):

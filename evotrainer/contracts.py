@@ -103,6 +103,8 @@ class Diagnosis(_Model):
     confidence: float = Field(ge=0, le=1)
     status: DiagnosisStatus = "proposed"
     critique: str = ""
+    source: str = Field("", description="'rules' when the built-in rules flagged it and an LLM Diagnostician did not "
+                        "name it (it reaches the Critic all the same); empty for the Diagnostician's own")
 
 
 class Candidate(_Model):

@@ -85,6 +85,27 @@ def test_first_phase_is_judged_against_the_starting_policy(repo):
     assert "accuracy_regression" not in {d.failure_mode for d in HeuristicDiagnostician().diagnose(ev)}
 
 
+def test_what_the_rules_flag_and_an_llm_diagnostician_missed_still_reaches_the_critic(repo):
+    """An LLM Diagnostician that answers nothing (SmolLM2 did: {"action": "answer"}) loses nothing the built-in rules
+    see: their findings join its own, marked as the rules', and a built-in role's output is left as it is."""
+    from types import SimpleNamespace
+
+    from evotrainer.loop.diagnose import rules_beside
+
+    ev = _evidence(dead_rows(), repo)
+    builtin = HeuristicDiagnostician()
+    silent = SimpleNamespace(builtin=builtin)
+    found, missed = rules_beside(silent, ev, [])
+    rules = builtin.diagnose(ev)
+    assert [d.failure_mode for d in missed] == [d.failure_mode for d in rules] and found == missed
+    assert missed[0].failure_mode == "dead_groups" and missed[0].source == "rules" and missed[0].id == "d1-r1"
+    assert "built-in rules" in missed[0].statement and missed[0].evidence[0].value == pytest.approx(0.75)
+    own = rules[0].model_copy(update={"statement": "the model's own words"})
+    found, missed = rules_beside(silent, ev, [own])
+    assert found[0] == own and "dead_groups" not in [d.failure_mode for d in missed]  # named by the role: not again
+    assert rules_beside(builtin, ev, []) == ([], [])  # the built-in role itself: nothing added
+
+
 def test_critic_confirms_strong_and_rejects_thin_evidence(repo):
     strong = HeuristicDiagnostician().diagnose(_evidence(dead_rows(), repo))
     thin_rows = rollouts([[("1", False)] * 8 for _ in range(5)])

@@ -2,7 +2,10 @@
 
 It reads the phase just trained (and, in a further evidence round, earlier phases trained on the same harness),
 the run's results, main's diagnostics registry and knobs (:func:`phase_evidence`, which the Critic reads too),
-and returns Diagnoses.
+and returns Diagnoses. With an LLM Diagnostician, the built-in rules read the same evidence beside it
+(:func:`rules_beside`): what they flag and the model did not name still reaches the Critic, marked as the rules'
+(``Diagnosis.source``), and the run's log says the role missed it, so what the evidence shows is never lost
+silently whichever model runs the role.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import time
 
 from agents.roles import PhaseEvidence
+from evotrainer.contracts import Diagnosis
 from evotrainer.domains import get_domain
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
@@ -41,10 +45,30 @@ def phase_evidence(rt: Runtime, state: RunState) -> PhaseEvidence:
                          run_dir=rt.rd.root)
 
 
+def rules_beside(role, ev: PhaseEvidence, diagnoses: list[Diagnosis]) -> tuple[list[Diagnosis], list[Diagnosis]]:
+    """(all diagnoses, the rules' that the role missed): an LLM role's findings, then each failure mode the built-in
+    rules (``role.builtin``) flag on the same evidence that the role did not name. A built-in role: unchanged."""
+    builtin = getattr(role, "builtin", None)
+    if builtin is None:
+        return diagnoses, []
+    named = {d.failure_mode for d in diagnoses}
+    missed = [d for d in builtin.diagnose(ev) if d.failure_mode not in named]
+    missed = [d.model_copy(update={"id": f"d{ev.phase}-r{k}", "source": "rules", "statement": f"{d.statement} "
+                                   "(found by the built-in rules; the Diagnostician did not name it)"})
+              for k, d in enumerate(missed, 1)]
+    return diagnoses + missed, missed
+
+
 def step(rt: Runtime, state: RunState) -> dict:
     t0 = time.time()
     ev = phase_evidence(rt, state)
-    diagnoses = rt.agents.diagnostician.diagnose(ev)
+    diagnoses, missed = rules_beside(rt.agents.diagnostician, ev, rt.agents.diagnostician.diagnose(ev))
+    if missed:
+        modes = ", ".join(d.failure_mode for d in missed)
+        rt.reporter.info(f"the Diagnostician ({rt.cfg.agents.role('diagnostician').model}) did not name what the "
+                         f"built-in rules flag: {modes}; the Critic reads them too")
+        rt.emit("rules_beside_role", phase=state.phase, role="diagnostician", failure_modes=[d.failure_mode
+                                                                                             for d in missed])
     rt.emit("node_end", node="diagnose", phase=state.phase, phases_in_view=ev.phases_in_view,
             diagnoses=[d.model_dump(mode="json") for d in diagnoses], agent="diagnostician",
             model=rt.cfg.agents.role("diagnostician").model, seconds=round(time.time() - t0, 2))
