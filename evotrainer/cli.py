@@ -1,7 +1,7 @@
 """The ``evotrainer`` command line.
 
     evotrainer demo [RUN_DIR] [--phases 3]      init (if needed) and run the embedded demo
-    evotrainer init RUN_DIR [--domain math] [--config FILE] [--set key=value ...]
+    evotrainer init RUN_DIR [--domain math] [--config FILE] [--set key=value ...] [--fault NAME]
     evotrainer run RUN_DIR [--phases N]         start, resume after a kill, or extend a finished run
     evotrainer status RUN_DIR [--json]          state, phase reached, held-out accuracy per phase
     evotrainer approve RUN_DIR [--revise TEXT | --abort]   answer a run paused at the gate before promotion
@@ -58,10 +58,14 @@ def _build_config(domain: str, config: Optional[Path], overrides: list[str]):
 @app.command()
 def init(run_dir: Path, domain: str = typer.Option("math", help="task domain"),
          config: Optional[Path] = typer.Option(None, help="YAML config to start from"),
-         set_: list[str] = typer.Option([], "--set", help="override a config key, e.g. training.steps_per_phase=40")):
+         set_: list[str] = typer.Option([], "--set", help="override a config key, e.g. training.steps_per_phase=40"),
+         fault: Optional[str] = typer.Option(None, help="start from the seed harness with this catalogue defect "
+                                             "planted (harness_repo/faults/; the same as --set fault=NAME)")):
     """Create a run directory: config, tasks, frozen eval split, seed harness repo."""
     try:
         cfg = _build_config(domain, config, set_)
+        if fault:
+            cfg.fault = fault
         _check_start(cfg)  # an LLM role's unknown model or missing key, vLLM that cannot run: one line each
         RunDir(run_dir).init(cfg, log=lambda m: console.print(m, highlight=False))
     except (ConfigError, RunDirError, ValueError) as err:
@@ -146,7 +150,7 @@ def demo(run_dir: Path = typer.Argument(Path("runs/demo")), phases: int = typer.
     t0 = time.time()
     rd = RunDir(run_dir)
     if not rd.exists():
-        init(run_dir, domain="math", config=None, set_=[f"phases={phases}", *set_])
+        init(run_dir, domain="math", config=None, set_=[f"phases={phases}", *set_], fault=None)
     run(run_dir, phases=phases)
     console.print(f"demo finished in {time.time() - t0:.0f} s. Inspect it: evotrainer log {run_dir}; "
                   f"git -C {run_dir}/harness log --notes=backtest")

@@ -270,6 +270,10 @@ class Config(_Section):
         None, description="the seed harness: a folder with harness.yaml, or the name of one in harness_repo/ "
         "(e.g. math_reference); empty = the domain's seed harness"
     )
+    fault: str | None = Field(
+        None, description="a catalogue defect (harness_repo/faults/) planted in the seed harness at init: the run "
+        "starts from the faulty seed; none = the clean seed"
+    )
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="the task mix of the run")
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="the policy being trained")
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="one phase of training")

@@ -137,6 +137,7 @@ class RunDir:
         cfg = cfg.model_copy(deep=True)
         cfg.policy.model = resolve_model(cfg.policy.model)  # a local folder is kept as an absolute path
         cfg.harness = _seed_harness(cfg)  # checked before anything is written; a folder kept as an absolute path
+        _check_fault(cfg)
         self.root.parent.mkdir(parents=True, exist_ok=True)
         for stale in self.root.parent.glob(f".{self.root.name}.init-*"):  # left by a killed init
             shutil.rmtree(stale, ignore_errors=True)
@@ -158,12 +159,19 @@ class RunDir:
                 {"domain": cfg.domain, "prompt": "canonical", "max_new_tokens": cfg.training.eval_max_new_tokens,
                  "decoding": f"sampled pass@1, k={cfg.training.eval_samples}" if cfg.training.eval_samples else
                  "greedy", "n": len(held_out), "dev_n": len(splits["dev"])}, indent=1))
-            HarnessRepo.create(stage.harness, cfg.domain, cfg.harness)
+            if cfg.fault:  # the faulty seed: the clean one with the defect's overlay, built in scratch
+                from evotrainer.harness.faults import materialize
+
+                seed = materialize(cfg.domain, cfg.fault, stage.scratch / "seed")
+                HarnessRepo.create(stage.harness, cfg.domain, str(seed))
+                shutil.rmtree(seed)
+            else:
+                HarnessRepo.create(stage.harness, cfg.domain, cfg.harness)
         except BaseException:  # a failed init leaves nothing behind (a killed one is swept by the next init)
             shutil.rmtree(stage.root, ignore_errors=True)
             raise
         os.rename(stage.root, self.root)  # also over an empty folder the user made
-        self.events.emit("init", run=cfg.name, domain=cfg.domain, train_tasks=len(splits["rl"]),
+        self.events.emit("init", run=cfg.name, domain=cfg.domain, fault=cfg.fault, train_tasks=len(splits["rl"]),
                          eval_tasks=len(held_out), splits={name: len(tasks) for name, tasks in splits.items()})
         self.set_status("initialized", phase=0)
 
@@ -265,6 +273,23 @@ def _seed_harness(cfg: Config) -> str | None:
     except FileNotFoundError as err:
         raise ConfigError(f"harness: {err}") from None
     return str(path) if cfg.harness and Path(cfg.harness).expanduser().is_dir() else cfg.harness
+
+
+def _check_fault(cfg: Config) -> None:
+    """``cfg.fault`` checked: a defect of the catalogue, planted in the domain's own seed; ConfigError in one line
+    otherwise (an unknown name lists the known ones)."""
+    if not cfg.fault:
+        return
+    from evotrainer.harness.faults import fault_dir
+    from evotrainer.harness.repo import seed_dir
+
+    try:
+        fault_dir(cfg.fault)
+    except ValueError as err:
+        raise ConfigError(f"fault: {err}") from None
+    if cfg.harness and seed_dir(cfg.domain, cfg.harness) != seed_dir(cfg.domain):
+        raise ConfigError(f"fault: {cfg.fault!r} is planted in the {cfg.domain} seed harness, not in harness "
+                          f"{cfg.harness!r} (leave harness empty, or leave fault empty)")
 
 
 def _started(pid: int) -> float | None:

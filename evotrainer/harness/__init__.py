@@ -5,4 +5,5 @@
     knobs.py   the schema of ``harness.yaml`` (Knobs): every RL knob an edit may set, typed and bounded
     files.py   what a harness tree may hold (sizes, file kinds, bounded YAML) and exporting one safely
     edits.py   rules about an edit's text shared by the loop and the Engineers (what counts as a subtraction)
+    faults.py  the catalogue of seed-harness defects (harness_repo/faults/): names, cards, a faulty seed built
 """

@@ -34,19 +34,25 @@ _BOT_ENV = {"GIT_AUTHOR_NAME": BOT.name, "GIT_AUTHOR_EMAIL": BOT.email,
 HARNESS_FILES = ["harness.yaml", "prompt.py", "rewards.py", "filters.py", "curriculum.py", "diagnostics.py"]
 
 
+def shipped_roots() -> list[Path]:
+    """Where the harness folders EvoTrainer ships live, in search order: the source checkout's harness_repo/, then
+    the installed data files (the seeds here, the defect catalogue in ``evotrainer.harness.faults``)."""
+    import sys
+
+    return [Path(__file__).resolve().parents[2] / "harness_repo", Path(sys.prefix) / "share/evotrainer/harness_repo"]
+
+
 def seed_dir(domain: str, harness: str | None = None) -> Path:
     """The seed harness: ``harness`` (a folder, or the name of one shipped in harness_repo/) or the domain's own,
     from the source checkout, else the installed data files."""
-    import sys
-
     if harness and Path(harness).expanduser().is_dir():
         path = Path(harness).expanduser().resolve()
         if not (path / "harness.yaml").is_file():
             raise FileNotFoundError(f"{path}: no harness.yaml (not a harness folder)")
         return path
     name = harness or domain
-    for root in (Path(__file__).resolve().parents[2] / "harness_repo", Path(sys.prefix) / "share/evotrainer/harness_repo"):
-        if (root / name / "harness.yaml").is_file():
+    for root in shipped_roots():
+        if Path(name).name == name and (root / name / "harness.yaml").is_file():  # a name, not a path under it
             return root / name
     raise FileNotFoundError(f"no seed harness {name!r} (a folder with harness.yaml, or one of harness_repo/)")
 

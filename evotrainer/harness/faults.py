@@ -1,0 +1,86 @@
+"""The catalogue of seed-harness defects: realistic flaws of a first harness, each usable as a run's starting harness.
+
+Each defect is a folder ``harness_repo/faults/<name>/``: an overlay of a domain's clean seed harness (only the files
+that differ) and ``CARD.md``, which says what is wrong, what a practitioner would see and what removes it. The
+catalogue is read from the shipped harness folders (the source checkout, then the installed data files: the roots
+``seed_dir`` searches). ``materialize`` builds the faulty seed: the clean seed with the overlay copied over it (the
+card stays behind, so nothing in the harness names the defect). ``evotrainer init --fault NAME`` starts a run
+from it (``Config.fault``).
+
+Try it alone::
+
+    python -m evotrainer.harness.faults                      # the catalogue, a line per defect
+    python -m evotrainer.harness.faults truncation /tmp/h    # the faulty math seed in /tmp/h, then its card
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from evotrainer.harness.repo import seed_dir, shipped_roots
+
+CARD = "CARD.md"
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", CARD)
+
+
+def _catalogue() -> dict[str, Path]:
+    """Defect name -> its folder; a name in two roots is the first root's (the checkout before the installed)."""
+    found: dict[str, Path] = {}
+    for root in shipped_roots():
+        for card in sorted((root / "faults").glob(f"*/{CARD}")):
+            found.setdefault(card.parent.name, card.parent)
+    return found
+
+
+def names() -> list[str]:
+    """The catalogued defects, sorted."""
+    return sorted(_catalogue())
+
+
+def fault_dir(name: str) -> Path:
+    """The folder of a defect: its overlay files and card; ValueError in one line for a name not catalogued."""
+    catalogue = _catalogue()
+    if name not in catalogue:
+        raise ValueError(f"unknown fault {name!r} (known: {', '.join(sorted(catalogue)) or 'none'})")
+    return catalogue[name]
+
+
+def card(name: str) -> str:
+    """The defect's card (Markdown): what is wrong, what a practitioner would see, what removes it."""
+    return (fault_dir(name) / CARD).read_text()
+
+
+def overlay(name: str) -> list[str]:
+    """The files the defect puts over the clean seed, as paths relative to the harness folder, sorted."""
+    folder = fault_dir(name)
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                  if p.is_file() and p.name != CARD and "__pycache__" not in p.parts and p.suffix != ".pyc")
+
+
+def materialize(domain: str, name: str, dest: Path | str) -> Path:
+    """The faulty seed harness in ``dest`` (a folder that does not exist yet): the domain's clean seed with the
+    defect's overlay copied over it. Returns ``dest``."""
+    folder = fault_dir(name)  # an unknown name fails before anything is written
+    dest = Path(dest)
+    shutil.copytree(seed_dir(domain), dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(folder, dest, ignore=_IGNORE, dirs_exist_ok=True)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> None:
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        for name in names():
+            wrong = card(name).split("## What is wrong", 1)[-1].strip().split("\n\n", 1)[0]
+            print(f"{name:16} {' '.join(wrong.split())[:100]}")
+        return
+    name, dest = args[0], (args[1] if len(args) > 1 else f"faulty-{args[0]}")
+    print(f"{materialize('math', name, dest)}: the math seed with {', '.join(overlay(name))} from the {name} overlay\n")
+    print(card(name))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""The catalogue of seed-harness defects (harness_repo/faults/, evotrainer.harness.faults) and `init --fault`.
+
+    catalogue     the four families are there; every card has its three sections
+    overlay       each faulty seed differs from the clean seed in exactly its overlay files, names no defect, and
+                  passes its own self-tests in the sandbox (as a user's flawed harness would)
+    mechanism     each defect does what its card says, checked on the evaluator's side where that is cheap: the
+                  lenient reward credits what the verifier rejects, the budget cuts hard answers and not easy ones,
+                  the learning rate is ten times the seed's, the curriculum samples the hardest level only
+    init          `init --set fault=NAME` starts the harness repo from the faulty seed and says so in the init event;
+                  an unknown name, or a fault with another seed harness, is one line and creates nothing
+    packaging     pyproject.toml's data-files ship every file of the catalogue
+
+Run alone: ``python -m pytest -q tests/test_faults.py`` (seconds; nothing is trained).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import fnmatch
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from evotrainer import config as C
+from evotrainer.config import ConfigError
+from evotrainer.domains import get_domain
+from evotrainer.domains.math import MathDomain
+from evotrainer.harness import faults
+from evotrainer.harness.knobs import read_knobs
+from evotrainer.harness.repo import HarnessRepo, seed_dir
+from evotrainer.rundir import RunDir
+from sandbox import run_selftest
+from tests.conftest import FAST, ROOT, cli
+
+FAMILIES = {"truncation", "reward_hacking", "divergence", "starvation"}
+SECTIONS = ("## What is wrong", "## What a practitioner would see", "## What removes it")
+
+
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+
+
+def _module(path: Path, name: str):
+    """A harness module loaded from a file (the harness's own code, outside the sandbox: only for these checks)."""
+    spec = importlib.util.spec_from_file_location(f"_fault_{name}_{path.parent.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    """Every catalogued defect materialized once over the clean math seed."""
+    root = tmp_path_factory.mktemp("faults")
+    return {name: faults.materialize("math", name, root / name) for name in faults.names()}
+
+
+# --- the catalogue ---------------------------------------------------------------------------------------------
+def test_the_catalogue_has_one_defect_of_each_family_and_every_card_its_three_sections():
+    assert FAMILIES <= set(faults.names())
+    for name in faults.names():
+        text = faults.card(name)
+        starts = [text.find(s) for s in SECTIONS]
+        assert all(i >= 0 for i in starts) and starts == sorted(starts), f"{name}: CARD.md needs {SECTIONS} in order"
+        bodies = [text[a + len(s): b].strip() for a, s, b in zip(starts, SECTIONS, [*starts[1:], len(text)])]
+        assert all(len(b) > 40 for b in bodies), f"{name}: a section of CARD.md is empty"
+
+
+def test_an_unknown_defect_is_one_line_listing_the_known_ones(tmp_path: Path):
+    with pytest.raises(ValueError) as err:
+        faults.materialize("math", "no_such_fault", tmp_path / "h")
+    assert "\n" not in str(err.value) and "no_such_fault" in str(err.value)
+    assert all(name in str(err.value) for name in faults.names())
+    assert not (tmp_path / "h").exists()
+
+
+# --- each overlay ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", faults.names())
+def test_a_faulty_seed_differs_from_the_clean_seed_exactly_in_its_overlay(name: str, built):
+    seed, dest = seed_dir("math"), built[name]
+    overlay = faults.overlay(name)
+    assert overlay and "CARD.md" not in _files(dest)
+    assert _files(dest) == _files(seed) | set(overlay)
+    differ = {f for f in _files(dest) if not (seed / f).is_file() or not filecmp.cmp(seed / f, dest / f, shallow=False)}
+    assert differ == set(overlay), f"{name}: differs in {sorted(differ)}, overlay is {overlay}"
+    read_knobs(dest)  # harness.yaml stays valid: the defect is in its values, not a broken file
+
+
+@pytest.mark.parametrize("name", faults.names())
+def test_a_faulty_seed_names_no_defect_in_its_files(name: str):
+    """The agents must find a defect by its mechanism: the overlay's files say nothing of what is wrong."""
+    words = {"fault", "bug", "defect", "flaw", "hack", "broken", name, name.replace("_", " ")}
+    for rel in faults.overlay(name):
+        text = (faults.fault_dir(name) / rel).read_text().lower()
+        assert not [w for w in words if w in text], f"{name}/{rel} names its defect: {[w for w in words if w in text]}"
+
+
+@pytest.mark.parametrize("name", faults.names())
+def test_a_faulty_seed_passes_its_own_self_tests(name: str, built):
+    result = run_selftest(built[name])
+    assert result["n"] > 0 and not result["failed"], result["failed"]
+
+
+# --- each mechanism, seen from the evaluator's side -------------------------------------------------------------
+def test_reward_hacking_credits_what_the_verifier_rejects(built):
+    lenient = _module(built["reward_hacking"] / "rewards.py", "rewards").COMPONENTS["correct"]
+    clean = _module(seed_dir("math") / "rewards.py", "rewards").COMPONENTS["correct"]
+    verify = get_domain("math").verify
+    for completion, answer in [("12 or 13", "13"), ("19", "9"), ("8 9 10", "9")]:
+        task = {"id": "t", "difficulty": "4", "question": "", "expression": "", "answer": answer}
+        sample = {"prompt": "", "completion": completion, "task": task, "truncated": False,
+                  "completion_tokens": len(completion)}
+        assert lenient(sample) == 1.0 and clean(sample) == 0.0 and not verify(task, completion), completion
+    task = {"id": "t", "difficulty": "1", "question": "", "expression": "", "answer": "9"}
+    assert lenient({"completion": "9", "task": task}) == 1.0 and verify(task, "9")  # a right answer stays right
+
+
+def test_truncation_cuts_many_hard_answers_and_few_easy_ones(built):
+    """The budget (characters for the tiny policy) against the held-out answers: an answer longer than the budget
+    cannot be written whole. Level 1's answers (-18..27) are nearly all short enough; level 4's are mostly not."""
+    budget = read_knobs(built["truncation"]).max_completion_length
+    held_out = MathDomain().splits(0, {"held_out": 1000, "dev": 0, "rl": 0, "warmup": 0})["held_out"]
+    cut = {}
+    for level in MathDomain.levels:
+        answers = [t["answer"] for t in held_out if t["difficulty"] == level]
+        cut[level] = sum(len(a) > budget for a in answers) / len(answers)
+    assert cut["1"] < 0.05 and cut["4"] > 0.4, cut
+    assert [cut[lv] for lv in MathDomain.levels] == sorted(cut.values()), cut  # the harder, the more is cut
+    seed_budget = read_knobs(seed_dir("math")).max_completion_length
+    assert all(len(t["answer"]) + 1 <= seed_budget for t in held_out)  # the clean seed fits every answer and its end
+
+
+def test_divergence_sets_ten_times_the_seed_s_learning_rate(built):
+    faulty, clean = read_knobs(built["divergence"]), read_knobs(seed_dir("math"))
+    assert faulty.learning_rate == pytest.approx(10 * clean.learning_rate)
+    assert faulty.model_dump(exclude={"learning_rate"}) == clean.model_dump(exclude={"learning_rate"})
+
+
+def test_starvation_samples_only_the_hardest_level_whatever_the_history(built):
+    knobs = read_knobs(built["starvation"])
+    weights = _module(built["starvation"] / "curriculum.py", "curriculum").weights
+    levels = MathDomain.levels
+    dead = {lv: {"n": 64, "reward_mean": 0.0, "dead_group_ratio": 1.0} for lv in levels}
+    for history in ({}, dead):
+        w = weights(levels, knobs.curriculum_weights, history)
+        assert [lv for lv in levels if w[lv] > 0] == [levels[-1]], w
+
+
+# --- init ------------------------------------------------------------------------------------------------------
+def test_init_with_a_fault_starts_the_harness_from_the_faulty_seed(tmp_path: Path, cli_env):
+    run = tmp_path / "run"
+    cli(["init", str(run), *[a for o in [*FAST, "fault=truncation"] for a in ("--set", o)]], cli_env)
+    rd = RunDir(run)
+    repo = HarnessRepo(rd.harness)
+    assert repo.knobs("main").max_completion_length == read_knobs(faults.fault_dir("truncation")).max_completion_length
+    assert repo.show_file("main", "harness.yaml") == (faults.fault_dir("truncation") / "harness.yaml").read_text()
+    assert "CARD.md" not in repo.repo.git.ls_files() and "fault" not in repo.message("main").lower()
+    assert rd.load_config().fault == "truncation"
+    init = json.loads(rd.events_path.read_text().splitlines()[0])
+    assert init["kind"] == "init" and init["fault"] == "truncation"
+    assert not (rd.scratch / "seed").exists()  # the faulty seed was built in scratch and removed
+
+
+def test_init_with_an_unknown_fault_is_one_line_and_creates_nothing(tmp_path: Path, cli_env):
+    run = tmp_path / "run"
+    proc = cli(["init", str(run), "--fault", "no_such_fault"], cli_env, check=False)
+    out = (proc.stdout + proc.stderr).strip()
+    assert proc.returncode == 2 and len(out.splitlines()) == 1, out
+    assert "no_such_fault" in out and "truncation" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fault_goes_with_the_domain_s_own_seed_only(tmp_path: Path):
+    cfg = C.apply_overrides(C.parse({}), ["fault=truncation", "harness=math_reference"])
+    with pytest.raises(ConfigError) as err:
+        RunDir(tmp_path / "run").init(cfg, log=lambda m: None)
+    assert "\n" not in str(err.value) and "math_reference" in str(err.value)
+    assert list(tmp_path.iterdir()) == []
+    from evotrainer.rundir import _check_fault
+
+    _check_fault(C.apply_overrides(C.parse({}), ["fault=truncation", "harness=math"]))  # the default seed, by name
+
+
+# --- packaging -------------------------------------------------------------------------------------------------
+def test_the_installed_data_files_carry_the_whole_catalogue():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    data_files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    missing = []
+    for rel in sorted(_files(ROOT / "harness_repo" / "faults")):
+        src = Path("harness_repo/faults", rel)
+        globs = [Path(g) for g in data_files.get(str(Path("share/evotrainer") / src.parent), [])]
+        if not any(g.parent == src.parent and fnmatch.fnmatch(src.name, g.name) for g in globs):
+            missing.append(str(src))
+    assert not missing, f"pyproject.toml's data-files do not ship: {', '.join(missing)}"
