@@ -1,6 +1,6 @@
 """The catalogue of seed-harness defects (harness_repo/faults/, evotrainer.harness.faults) and `init --fault`.
 
-    catalogue     the four families are there; every card has its three sections
+    catalogue     the four families are there; every card has its three sections and names its mechanism
     overlay       each faulty seed differs from the clean seed in exactly its overlay files, names no defect, and
                   passes its own self-tests in the sandbox (as a user's flawed harness would)
     mechanism     each defect does what its card says, checked on the evaluator's side where that is cheap: the
@@ -67,6 +67,17 @@ def test_the_catalogue_has_one_defect_of_each_family_and_every_card_its_three_se
         assert all(i >= 0 for i in starts) and starts == sorted(starts), f"{name}: CARD.md needs {SECTIONS} in order"
         bodies = [text[a + len(s): b].strip() for a, s, b in zip(starts, SECTIONS, [*starts[1:], len(text)])]
         assert all(len(b) > 40 for b in bodies), f"{name}: a section of CARD.md is empty"
+
+
+def test_every_card_names_its_mechanism_in_failure_modes_the_built_in_diagnostician_uses():
+    """The fault bench scores a confirmed diagnosis against the card's ``Mechanism:`` line: names the built-in
+    Diagnostician gives its diagnoses (a typo would make every diagnosis miss)."""
+    source = (ROOT / "agents" / "diagnostician.py").read_text()
+    for name in faults.names():
+        modes = faults.mechanism(name)
+        assert modes, f"{name}: CARD.md has no Mechanism: line"
+        assert all(f'"{m}"' in source for m in modes), f"{name}: {modes} are not all failure modes of the rules"
+    assert faults.mechanism("truncation") == ["truncation", "correct_but_truncated"]
 
 
 def test_an_unknown_defect_is_one_line_listing_the_known_ones(tmp_path: Path):

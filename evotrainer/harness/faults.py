@@ -5,7 +5,9 @@ that differ) and ``CARD.md``, which says what is wrong, what a practitioner woul
 catalogue is read from the shipped harness folders (the source checkout, then the installed data files: the roots
 ``seed_dir`` searches). ``materialize`` builds the faulty seed: the clean seed with the overlay copied over it (the
 card stays behind, so nothing in the harness names the defect). ``evotrainer init --fault NAME`` starts a run
-from it (``Config.fault``).
+from it (``Config.fault``). The card's ``Mechanism:`` line (``mechanism``) names the failure modes of a diagnosis
+that has found the defect: measurement data for the fault bench (``evotrainer/bench/faults.py``), which never
+reaches the harness or the agents.
 
 Try it alone::
 
@@ -15,6 +17,7 @@ Try it alone::
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -49,6 +52,14 @@ def fault_dir(name: str) -> Path:
 def card(name: str) -> str:
     """The defect's card (Markdown): what is wrong, what a practitioner would see, what removes it."""
     return (fault_dir(name) / CARD).read_text()
+
+
+def mechanism(name: str) -> list[str]:
+    """The failure modes (``Diagnosis.failure_mode``) a diagnosis names when it has found the defect, from the card's
+    ``Mechanism:`` line (e.g. ``Mechanism: `truncation`, `correct_but_truncated` ``); empty when the card has none.
+    The fault bench's measure of a diagnosis, read from the card, so never by the agents."""
+    found = re.search(r"^Mechanism:(.*)$", card(name), re.MULTILINE)
+    return [m.strip(" `") for m in found.group(1).split(",") if m.strip(" `")] if found else []
 
 
 def overlay(name: str) -> list[str]:
