@@ -189,6 +189,48 @@ def paired_gain(pairs: list[tuple[dict[str, float], dict[str, float]]], resample
     return {"diff": sum(map(sum, diffs)) / (n * len(diffs)), "low": lo, "high": hi, "n": n}
 
 
+def pooled_gain(groups: dict[str, list[tuple[dict[str, float], dict[str, float]]]], resamples: int = 2000,
+                seed: int = 0, level: float = 0.95) -> dict[str, float]:
+    """The gain of B over A pooled over groups of replicates (for the fault bench: defects, each with its seeds),
+    paired per item within each replicate, with a hierarchical bootstrap interval: groups are resampled, then the
+    replicates of each drawn group, then the items of each drawn replicate.
+
+    ``groups`` maps a group's name to its replicates, each one (A items, B items) as ``paired_gain`` takes them
+    (item id -> score, the same items on both sides: A and B trained on the same stream, so an arm identical to its
+    baseline gains exactly 0 in every resample, and the interval is 0 to 0). The estimate weighs every group
+    equally and, within a group, every replicate equally: the mean over groups of the mean over replicates of the
+    mean per-item gain. Items are resampled independently in each drawn replicate (replicates need not share
+    items), so the interval carries the spread between groups, between replicates and between items. Returns
+    ``{"diff", "low", "high", "groups", "replicates"}``; raises ValueError for no group, a group without
+    replicates, or a replicate whose two sides scored other items.
+    """
+    import numpy as np
+
+    if not groups or any(not reps for reps in groups.values()):
+        raise ValueError("pooled_gain needs at least one group, each with at least one (A, B) pair")
+    diffs: list[list[Any]] = []
+    for name in sorted(groups):
+        per_group = []
+        for a, b in groups[name]:
+            if set(a) != set(b) or not a:
+                raise ValueError(f"{name}: a paired comparison needs the same items on both sides "
+                                 f"({len(set(a) ^ set(b))} differ)")
+            per_group.append(np.array([b[k] - a[k] for k in sorted(a)], dtype=float))
+        diffs.append(per_group)
+    rng = np.random.default_rng(seed)
+    means = []
+    for _ in range(resamples):
+        total = 0.0
+        for g in rng.integers(len(diffs), size=len(diffs)):
+            reps = diffs[g]
+            total += sum(float(reps[r][rng.integers(len(reps[r]), size=len(reps[r]))].mean())
+                         for r in rng.integers(len(reps), size=len(reps))) / len(reps)
+        means.append(total / len(diffs))
+    lo, hi = interval(means, level)
+    diff = sum(sum(float(d.mean()) for d in reps) / len(reps) for reps in diffs) / len(diffs)
+    return {"diff": diff, "low": lo, "high": hi, "groups": len(diffs), "replicates": sum(map(len, diffs))}
+
+
 def gain_over_stream(arm: dict[int, float], baseline: dict[int, list[float]], level: float = 0.95
                      ) -> dict[str, float]:
     """An arm's gain over the baseline trained on the same stream, with an interval that counts training noise.

@@ -97,6 +97,59 @@ def test_paired_comparison_refuses_different_items():
         paired_gain([(more, more), (a, a)])
 
 
+def _fixed(a: dict[str, float], k: int, rng: random.Random) -> dict[str, float]:
+    """``a`` with ``k`` of its wrong items made right: a gain of exactly k / len(a)."""
+    return {**a, **{i: 1.0 for i in rng.sample([i for i, v in a.items() if v == 0], k)}}
+
+
+def test_pooled_gain_of_an_arm_identical_to_its_baseline_is_exactly_zero():
+    """The fault bench pools evotrainer - static over defects, seeds and items: equal arms give 0, interval 0."""
+    from evotrainer.metrics import pooled_gain
+
+    rng = random.Random(0)
+    groups = {}
+    for d in ("truncation", "divergence", "starvation"):
+        reps = [{f"eval-{i}": float(rng.random() < 0.3) for i in range(200)} for _ in range(3)]
+        groups[d] = [(a, dict(a)) for a in reps]
+    got = pooled_gain(groups, resamples=300)
+    assert got == {"diff": 0.0, "low": 0.0, "high": 0.0, "groups": 3, "replicates": 9}
+
+
+def test_pooled_gain_recovers_a_known_shift_and_its_interval_spans_the_defects():
+    """Defect d1 gains 10 points on every seed, d2 20: the pooled gain is 15 exactly (defects weigh equally), and
+    resampling the defects puts the interval's ends near 10 and 20 (plus the items' noise)."""
+    from evotrainer.metrics import pooled_gain
+
+    rng = random.Random(1)
+
+    def seeds(k: int, n: int = 400) -> list[tuple[dict, dict]]:
+        out = []
+        for _ in range(3):
+            a = {f"eval-{i}": float(rng.random() < 0.3) for i in range(n)}
+            out.append((a, _fixed(a, k, rng)))
+        return out
+
+    got = pooled_gain({"d1": seeds(40), "d2": seeds(80)}, resamples=1000)
+    assert got["diff"] == pytest.approx(0.15) and got["groups"] == 2 and got["replicates"] == 6
+    assert 0.05 < got["low"] < 0.11 and 0.19 < got["high"] < 0.25  # the defects' spread, not only the items'
+    one = pooled_gain({"d1": seeds(40)}, resamples=1000)  # one defect: seeds and items only, a narrow interval
+    assert one["diff"] == pytest.approx(0.10) and 0.07 < one["low"] < 0.10 < one["high"] < 0.13
+    # defects weigh equally whatever their number of seeds; items need not be shared between replicates
+    uneven = pooled_gain({"d1": seeds(40)[:1], "d2": seeds(80, n=200)}, resamples=200)
+    assert uneven["diff"] == pytest.approx((0.10 + 0.40) / 2)
+
+
+def test_pooled_gain_refuses_what_it_cannot_pair():
+    from evotrainer.metrics import pooled_gain
+
+    a = {"eval-0": 1.0, "eval-1": 0.0}
+    with pytest.raises(ValueError, match="d1: a paired comparison needs the same items"):
+        pooled_gain({"d1": [(a, {"eval-0": 1.0})]})
+    for empty in ({}, {"d1": []}):
+        with pytest.raises(ValueError, match="at least one group"):
+            pooled_gain(empty)
+
+
 def _runs(rng: random.Random, effect: float, noise: float, seeds: int = 3, replicates: int = 2):
     """One arm run and ``replicates`` baseline runs per seed: a seed's level, plus training noise per run."""
     level = {s: rng.uniform(0.15, 0.35) for s in range(seeds)}
