@@ -38,8 +38,9 @@ from evotrainer.report.history import phase_results
 from evotrainer.rundir import RunDir
 
 
-def _config(arm: str, seed: int, phases: int, tasks: dict | None, overrides: list[str]) -> config_mod.Config:
-    cfg = config_mod.parse({**(tasks or {}), "name": f"bench-{arm}-seed{seed}"}, "--tasks")
+def _config(arm: str, seed: int, phases: int, tasks: dict | None, overrides: list[str],
+            name: str | None = None) -> config_mod.Config:
+    cfg = config_mod.parse({**(tasks or {}), "name": name or f"bench-{arm}-seed{seed}"}, "--tasks")
     return config_mod.apply_overrides(cfg, [f"seed={seed}", f"phases={phases}", *overrides, *arm_overrides(arm)])
 
 
@@ -85,37 +86,51 @@ def _outcome(rd: RunDir, phases: int) -> dict[str, Any]:
             "completions": {"phases": sum(r.completions for r in results[:phases]), "judging": judging}}
 
 
+def train_runs(planned: dict[Path, tuple[str, config_mod.Config]], phases: int, reporter: Reporter
+               ) -> dict[Path, dict]:
+    """Train every planned run (folder -> (label, config)) to ``phases`` and return each one's outcome
+    (:func:`_outcome`). A folder already there must hold a run made with the same settings (checked for every run
+    before anything trains: one line if not, :func:`check_same_settings`); a missing one is initialised; a run
+    finished to the budget (state done, ``phases`` results) is reused as it is, anything else is resumed. So a bench
+    run twice trains only what the first left unfinished, and a run shared by several comparisons trains once."""
+    from evotrainer.run import run
+
+    for root, (_, cfg) in planned.items():  # before training anything: a mismatch fails at once
+        if (rd := RunDir(root)).exists():
+            check_same_settings(rd, cfg)
+    outcomes: dict[Path, dict] = {}
+    quiet = Reporter(quiet=True)
+    with reporter.progress("bench", len(planned)) as bar:
+        for i, (root, (label, cfg)) in enumerate(planned.items()):
+            rd = RunDir(root)
+            bar(step=i, total=len(planned), stage=label)
+            if not rd.exists():
+                rd.init(cfg, log=lambda _: None)
+            if rd.status().get("state") != "done" or len(phase_results(rd)) < phases:
+                run(rd.root, phases=phases, reporter=quiet)
+            outcomes[root] = _outcome(rd, phases)
+            reporter.info(f"{label}: held-out accuracy {outcomes[root]['final'].accuracy:.1%} "
+                          f"(start {outcomes[root]['baseline']:.1%})")
+        bar(step=len(planned), total=len(planned))
+    return outcomes
+
+
 def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: dict | None = None,
               overrides: list[str] = (), reporter: Reporter | None = None, reruns: int = 1,
               calibration: bool = False) -> dict:
     """Run (or resume) every arm for every seed (with ``reruns`` static runs besides static when static_rerun is
     among the arms), then compare each arm with static; write bench.json/.md. Bench seeds and calibration seeds are
     kept apart (:func:`~evotrainer.bench.arms.check_seeds`)."""
-    from evotrainer.run import run
-
     check_seeds(seeds, calibration)
     reporter = reporter or Reporter()
     arms = expand_arms(arms, reruns)
-    out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    outcomes: dict[str, dict[int, dict]] = {a: {} for a in arms}
-    quiet = Reporter(quiet=True)
-    planned = {(seed, arm): _config(arm, seed, phases, tasks, list(overrides)) for seed in seeds for arm in arms}
-    for (seed, arm), cfg in planned.items():  # before training anything: a mismatch fails at once
-        if (rd := RunDir(out / run_dir_name(arm, seed))).exists():
-            check_same_settings(rd, cfg)
-    with reporter.progress("bench", len(planned)) as bar:
-        for i, ((seed, arm), cfg) in enumerate(planned.items()):
-            rd = RunDir(out / run_dir_name(arm, seed))
-            bar(step=i, total=len(planned), stage=f"{arm}, seed {seed}")
-            if not rd.exists():
-                rd.init(cfg, log=lambda _: None)
-            if rd.status().get("state") != "done" or len(phase_results(rd)) < phases:
-                run(rd.root, phases=phases, reporter=quiet)
-            outcomes[arm][seed] = _outcome(rd, phases)
-            reporter.info(f"{arm}, seed {seed}: held-out accuracy {outcomes[arm][seed]['final'].accuracy:.1%} "
-                          f"(start {outcomes[arm][seed]['baseline']:.1%})")
-        bar(step=len(planned), total=len(planned))
+    planned = {out / run_dir_name(arm, seed): (f"{arm}, seed {seed}", _config(arm, seed, phases, tasks,
+                                                                              list(overrides)))
+               for seed in seeds for arm in arms}
+    out.mkdir(parents=True, exist_ok=True)
+    done = train_runs(planned, phases, reporter)
+    outcomes = {arm: {seed: done[out / run_dir_name(arm, seed)] for seed in seeds} for arm in arms}
     summary = summarize(outcomes, seeds, phases)
     summary.update(phases=phases, seeds=seeds, calibration=calibration, arm_order=arms, wall_s=round(time.time() - t0, 1), tasks=tasks,
                    overrides=list(overrides))
@@ -155,13 +170,14 @@ def _interval(vs: dict | None) -> str:
     return f"{vs['diff']:+.1%} ({vs['low']:+.1%} to {vs['high']:+.1%})" if vs else "-"
 
 
-def markdown(summary: dict) -> str:
-    noise = any("vs_static_runs" in e for e in summary["arms"].values())
+def arm_table(arms: dict[str, dict]) -> list[str]:
+    """The arms' table (Markdown lines): accuracy, per seed, minus static (and, with static reruns, minus static on
+    the same stream with training noise counted), wall time, share outside training, completions generated."""
+    noise = any("vs_static_runs" in e for e in arms.values())
     extra = " minus static, same stream, training noise counted (95% CI) |" if noise else ""
-    lines = [f"# evotrainer bench: {len(summary['seeds'])} seed(s) x {summary['phases']} phases", "",
-             f"| arm | held-out accuracy (mean) | per seed | minus static (paired 95% CI) |{extra} wall | outside "
+    lines = [f"| arm | held-out accuracy (mean) | per seed | minus static (paired 95% CI) |{extra} wall | outside "
              "training | completions: phases + judging |", "|---|---|---|---|" + ("---|" if noise else "") + "---|---|---|"]
-    for arm, e in summary["arms"].items():
+    for arm, e in arms.items():
         per_seed = ", ".join(f"{v:.1%}" for v in e["per_seed"].values())
         cells = [arm, f"{e['accuracy']:.1%}", per_seed, _interval(e.get("vs_static"))]
         cells += [_interval(e.get("vs_static_runs"))] if noise else []
@@ -169,6 +185,13 @@ def markdown(summary: dict) -> str:
         done = e.get("completions", {})
         cells += [f"{done.get('phases', 0):,} + {done.get('judging', 0):,}"]
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(summary: dict) -> str:
+    noise = any("vs_static_runs" in e for e in summary["arms"].values())
+    lines = [f"# evotrainer bench: {len(summary['seeds'])} seed(s) x {summary['phases']} phases", "",
+             *arm_table(summary["arms"])]
     total = sum(e["wall_s"] for e in summary["arms"].values())
     lines += ["", f"Runs' wall time {total:.0f} s in all (building the starting policy excluded); outside training = "
               "agents, backtests, trials, counterfactuals, the starting policy's evaluation and orchestration (a "
