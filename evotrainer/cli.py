@@ -311,8 +311,11 @@ def report(run_dir: Path, out: Optional[Path] = typer.Option(None, help="where t
 
 @app.command()
 def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one run directory per arm and seed)"),
-          arms: str = typer.Option("static,static_rerun,reference,keep_discard,evotrainer",
-                                   help="comma-separated arms"),
+          arms: Optional[str] = typer.Option(None, help="comma-separated arms (default: static,static_rerun,reference,"
+                                             "keep_discard,evotrainer; with --faults: static,evotrainer,keep_discard,"
+                                             "oracle,clean_evotrainer)"),
+          faults: Optional[str] = typer.Option(None, help="the fault bench: comma-separated catalogue defects "
+                                               "(harness_repo/faults/) or all, each planted in the clean seed"),
           reruns: int = typer.Option(1, help="static runs besides static (static_rerun, static_rerun2, ...) when "
                                      "static_rerun is an arm: more of them narrow the noise-counted interval"),
           seeds: str = typer.Option("0,1,2", help="comma-separated seeds (bench seeds; 100-102 are calibration seeds)"),
@@ -322,17 +325,31 @@ def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one
           tasks: Optional[Path] = typer.Option(None, help="YAML of config overrides for every arm (a task mix)"),
           set_: list[str] = typer.Option([], "--set", help="override a config key in every arm")):
     """Does evolving the harness pay? Static, reference, keep/discard and EvoTrainer arms on equal budgets, beside
-    static trained again with other training randomness (static_rerun: what no effect looks like)."""
+    static trained again with other training randomness (static_rerun: what no effect looks like). With --faults:
+    does it repair a seed harness's defect (static, evotrainer, keep/discard on the faulty seed; oracle and
+    evotrainer on the clean one)?"""
+    from evotrainer.bench.arms import FAULT_ARMS
     from evotrainer.bench.runner import load_tasks, run_bench
 
+    default = ",".join(FAULT_ARMS) if faults is not None else "static,static_rerun,reference,keep_discard,evotrainer"
+    arm_list = [a.strip() for a in (arms if arms is not None else default).split(",") if a.strip()]
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-        summary = run_bench(out, [a.strip() for a in arms.split(",") if a.strip()], seed_list, phases,
-                            load_tasks(tasks), set_, reruns=reruns, calibration=calibration)
-    except ValueError as err:  # ConfigError is a ValueError: a bad arm, seed list, key or task file
+        if faults is not None:
+            from evotrainer.bench.faults import parse_faults, run_fault_bench
+
+            if reruns != 1:
+                raise ValueError(f"--reruns {reruns}: a fault bench has no static reruns")
+            summary = run_fault_bench(out, parse_faults(faults), arm_list, seed_list, phases, load_tasks(tasks),
+                                      set_, calibration=calibration)
+        else:
+            summary = run_bench(out, arm_list, seed_list, phases, load_tasks(tasks), set_, reruns=reruns,
+                                calibration=calibration)
+    except ValueError as err:  # ConfigError is a ValueError: a bad arm, fault, seed list, key or task file
         _fail(str(err))
-    console.print((out / "bench.md").read_text(), highlight=False, markup=False)
-    console.print(f"bench finished in {summary['wall_s']:.0f} s: {out}/bench.json, {out}/bench.md")
+    name = "faults" if faults is not None else "bench"
+    console.print((out / f"{name}.md").read_text(), highlight=False, markup=False)
+    console.print(f"bench finished in {summary['wall_s']:.0f} s: {out}/{name}.json, {out}/{name}.md")
 
 
 @trainer_app.command("serve")

@@ -2,7 +2,9 @@
 
 An arm is a list of config overrides on the bench's common config (``ARMS``); static's reruns are
 ``static_rerun`` (rerun 1) and ``static_rerun<k>``. Each arm-seed is a run directory ``BENCH/<arm>-seed<N>``;
-:func:`arms_beside` finds the other arms of a run's seed, for the run's report. Alone:
+:func:`arms_beside` finds the other arms of a run's seed, for the run's report. The fault bench's arms
+(``FAULT_ARMS``) are ordinary arms on a defect's faulty seed (``BENCH/<defect>/<arm>-seed<N>``) or on the clean seed,
+shared by every defect (``BENCH/clean/<arm>-seed<N>``). Alone:
 ``python -c "from evotrainer.bench.arms import expand_arms; print(expand_arms(['static_rerun'], 3))"``.
 """
 
@@ -105,16 +107,63 @@ def run_dir_name(arm: str, seed: int) -> str:
     return f"{arm}-seed{seed}"
 
 
+# The fault bench (``evotrainer bench --faults``, ``evotrainer/bench/faults.py``): arm -> (the ordinary arm it trains
+# as, whether on the defect's faulty seed). The clean-seed arms are the same for every defect of a seed: one run
+# per seed in BENCH/clean/, which every defect's comparison reads (oracle is exactly the ordinary bench's static).
+FAULT_ARMS = {
+    "static": ("static", True),                 # the faulty seed, never edited
+    "evotrainer": ("evotrainer", True),         # the full loop from the faulty seed
+    "keep_discard": ("keep_discard", True),     # the scalar loop from the faulty seed
+    "oracle": ("static", False),                # the defect removed: the clean seed, never edited
+    "clean_evotrainer": ("evotrainer", False),  # the full loop from the clean seed: the no-harm control
+}
+CLEAN = "clean"  # the folder of a fault bench's clean-seed runs
+
+
+def expand_fault_arms(arms: list[str]) -> list[str]:
+    """The fault bench's arms to run, in ``FAULT_ARMS`` order; ConfigError (one line) for an unknown name or none."""
+    unknown = [a for a in arms if a not in FAULT_ARMS]
+    if unknown or not arms:
+        raise ConfigError(f"--arms: {f'unknown arm(s) {unknown}' if unknown else 'no arm given'} for a fault bench "
+                          f"(allowed: {', '.join(FAULT_ARMS)})")
+    return sorted(dict.fromkeys(arms), key=list(FAULT_ARMS).index)
+
+
+def fault_run_dir(fault: str | None, arm: str, seed: int) -> str:
+    """The folder of one run inside a fault bench: ``<fault>/<arm>-seed<N>`` on the faulty seed, ``clean/<arm>-seed<N>``
+    on the clean one (the same folder for every defect)."""
+    return f"{fault if FAULT_ARMS[arm][1] else CLEAN}/{run_dir_name(arm, seed)}"
+
+
+def in_fault_bench(root: Path) -> bool:
+    """A run folder laid out as a fault bench's: in ``clean/`` or in a catalogued defect's folder, beside ``clean/``."""
+    from evotrainer.harness.faults import names
+
+    return (root.parent.parent / CLEAN).is_dir() and (root.parent.name == CLEAN or root.parent.name in names())
+
+
 def arms_beside(root: Path) -> dict[str, Path]:
     """The arms of the bench that the run at ``root`` belongs to, with the same seed (itself included), in arm
-    order; empty when it is not a bench run (its folder is not ``<arm>-seed<N>`` beside other arms)."""
+    order; empty when it is not a bench run (its folder is not ``<arm>-seed<N>`` beside other arms). In a fault
+    bench, a defect's run sits beside that defect's arms and the clean seed's oracle; a clean-seed run beside the
+    other clean-seed arm."""
     root = Path(root)
     arm, _, seed = root.name.rpartition("-seed")
-    if not (seed.isdigit() and is_arm(arm)):
+    if not seed.isdigit():
+        return {}
+    if arm in FAULT_ARMS and in_fault_bench(root):  # a defect's arms, and the clean seed's oracle beside them
+        clean = root.parent.name == CLEAN
+        here = [a for a, (_, faulty) in FAULT_ARMS.items() if faulty != clean]
+        folders = {root.parent: here} if clean else {root.parent: here, root.parent.parent / CLEAN: ["oracle"]}
+        order = list(FAULT_ARMS).index
+    elif is_arm(arm):
+        folders, order = {root.parent: None}, arm_order
+    else:
         return {}
     found = {}
-    for path in root.parent.glob(f"*-seed{seed}"):
-        other = path.name[:-len(f"-seed{seed}")]
-        if is_arm(other) and (path / "config.yaml").is_file():
-            found[other] = path
-    return {a: found[a] for a in sorted(found, key=arm_order)} if len(found) > 1 else {}
+    for folder, names in folders.items():
+        for path in folder.glob(f"*-seed{seed}"):
+            other = path.name[:-len(f"-seed{seed}")]
+            if (other in names if names is not None else is_arm(other)) and (path / "config.yaml").is_file():
+                found[other] = path
+    return {a: found[a] for a in sorted(found, key=order)} if len(found) > 1 else {}

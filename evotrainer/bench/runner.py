@@ -108,9 +108,9 @@ def train_runs(planned: dict[Path, tuple[str, config_mod.Config]], phases: int, 
                 rd.init(cfg, log=lambda _: None)
             if rd.status().get("state") != "done" or len(phase_results(rd)) < phases:
                 run(rd.root, phases=phases, reporter=quiet)
-            outcomes[root] = _outcome(rd, phases)
-            reporter.info(f"{label}: held-out accuracy {outcomes[root]['final'].accuracy:.1%} "
-                          f"(start {outcomes[root]['baseline']:.1%})")
+            outcomes[root] = got = _outcome(rd, phases)
+            start = f"{got['baseline']:.1%}" if got["baseline"] is not None else "not measured"
+            reporter.info(f"{label}: held-out accuracy {got['final'].accuracy:.1%} (start {start})")
         bar(step=len(planned), total=len(planned))
     return outcomes
 

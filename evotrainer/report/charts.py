@@ -113,7 +113,7 @@ def accuracy(rows: list[dict], phases: list[dict]) -> str:
 
 
 ARM_COLORS = {"static": "#757575", "static_rerun": "#bdbdbd", "reference": "#ef6c00", "keep_discard": "#6a1b9a",
-              "evotrainer": "#1565c0"}
+              "evotrainer": "#1565c0", "oracle": "#2e7d32", "clean_evotrainer": "#00838f"}  # the last two: fault bench
 
 
 def _arm_color(arm: str) -> str:

@@ -216,10 +216,12 @@ def agent_usage(rd: RunDir) -> tuple[list[dict], dict[str, list[str]]]:
 
 def bench_arms(rd: RunDir) -> dict[str, Any] | None:
     """The bench this run belongs to: per arm (same seed), held-out accuracy at the start and after each phase,
-    and the bench's summary (bench.json) once it has been written. None for a run outside a bench."""
+    and the bench's summary (bench.json; in a fault bench, its defect's entry of faults.json) once it has been
+    written. None for a run outside a bench."""
     import json
 
     from evotrainer.bench.arms import arms_beside
+    from evotrainer.bench.faults import summary_beside
 
     arms = arms_beside(rd.root)
     if not arms:
@@ -230,7 +232,7 @@ def bench_arms(rd: RunDir) -> dict[str, Any] | None:
         base = other.baseline()
         curves[arm] = ([(0, base.accuracy)] if base else []) + [(r.phase, r.eval.accuracy) for r in phase_results(other)]
     summary_file = rd.root.parent / "bench.json"
-    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else None
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else summary_beside(rd.root)
     this = next(a for a, root in arms.items() if root.resolve() == rd.root.resolve())
     return {"this": this, "curves": curves, "summary": summary}
 
