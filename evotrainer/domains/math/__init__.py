@@ -12,7 +12,8 @@ so the levels' prompt spaces are disjoint by construction:
     4      2+2+1 digits in any order    972,000             6%      64% /  0% / 36%
 
 (``python benchmarks/calibrate_levels.py`` measures these: the default warm-up stopped at 2,550 steps with a probe
-accuracy of 35%, held-out greedy 32.7%.)
+accuracy of 35%, held-out greedy 32.7%; measured when the warm-up still trained on the RL pool. On its own split of
+1,000 prompts per level it runs its 3,000 steps to a probe of 33%: docs/results.md.)
 
 Tasks are made here, deterministically from the seed (``random.Random``, one stream per level and split), into the
 run's four splits (``evotrainer.domains.base.SPLITS``): each level's held-out split is drawn first, without repeats,
