@@ -79,7 +79,7 @@ def phase_rows(results: list[PhaseResult], repo: HarnessRepo) -> list[dict]:
         rows.append({"phase": r.phase, "harness_sha": r.harness_sha, "main_changed": prev is not None and
                      r.harness_sha != prev, "beta": _beta(repo, r.harness_sha),
                      "train": dict(r.train), "steps": r.steps, "tokens": r.tokens, "wall_time_s": r.wall_time_s,
-                     "skipped_batches": r.skipped_batches})
+                     "skipped_batches": r.skipped_batches, "dev_accuracy": r.dev.accuracy, "dev_n": r.dev.n})
         prev = r.harness_sha
     return rows
 

@@ -89,18 +89,20 @@ def phase_table(d: dict) -> str:
     if 0 in acc:
         a = acc[0]
         rows.append(["start", "-", f"{_pct(a['accuracy'])} [{_pct(a['low'])}, {_pct(a['high'])}]", "-"]
-                    + ["-"] * 6)
+                    + ["-"] * 7)
     for p in d["phases"]:
         a, t = acc.get(p["phase"]), p["train"]
         sha = f"<code>{esc(p['harness_sha'][:8])}</code>" + (" <b>new main</b>" if p["main_changed"] else "")
         rows.append([str(p["phase"]), sha,
                      f"{_pct(a['accuracy'])} [{_pct(a['low'])}, {_pct(a['high'])}]" if a else "-",
-                     _interval(a and a["change"]), _num(t.get("reward_mean")), _pct(t.get("verified_rate")),
+                     _interval(a and a["change"]), _pct(p["dev_accuracy"]), _num(t.get("reward_mean")),
+                     _pct(t.get("verified_rate")),
                      _pct(t.get("dead_group_ratio")), _pct(t.get("kept_fraction")), _pct(t.get("truncation_rate")),
                      f"{p['steps']} steps, {p['wall_time_s']:.0f} s"])
-    head = ["phase", "harness", "held-out accuracy [95% Wilson]", "change vs previous [95%]", "train reward",
-            "verified", "dead groups", "kept", "truncated", "training"]
-    return f'<h2 id="phases">Phases</h2>{_table(head, rows, {2, 4, 5, 6, 7, 8})}'
+    head = ["phase", "harness", "held-out accuracy [95% Wilson]", "change vs previous [95%]",
+            "dev accuracy (what decisions read)", "train reward", "verified", "dead groups", "kept", "truncated",
+            "training"]
+    return f'<h2 id="phases">Phases</h2>{_table(head, rows, {2, 4, 5, 6, 7, 8, 9})}'
 
 
 def health_notes(d: dict) -> str:
