@@ -98,7 +98,7 @@ def test_what_the_rules_flag_and_an_llm_diagnostician_missed_still_reaches_the_c
     found, missed = rules_beside(silent, ev, [])
     rules = builtin.diagnose(ev)
     assert [d.failure_mode for d in missed] == [d.failure_mode for d in rules] and found == missed
-    assert missed[0].failure_mode == "dead_groups" and missed[0].source == "rules" and missed[0].id == "d1-r1"
+    assert missed[0].failure_mode == "dead_groups" and missed[0].source == "rules" and missed[0].id == "d1-1"
     assert "built-in rules" in missed[0].statement and missed[0].evidence[0].value == pytest.approx(0.75)
     own = rules[0].model_copy(update={"statement": "the model's own words"})
     found, missed = rules_beside(silent, ev, [own])

@@ -53,8 +53,8 @@ def rules_beside(role, ev: PhaseEvidence, diagnoses: list[Diagnosis]) -> tuple[l
         return diagnoses, []
     named = {d.failure_mode for d in diagnoses}
     missed = [d for d in builtin.diagnose(ev) if d.failure_mode not in named]
-    missed = [d.model_copy(update={"id": f"d{ev.phase}-r{k}", "source": "rules", "statement": f"{d.statement} "
-                                   "(found by the built-in rules; the Diagnostician did not name it)"})
+    missed = [d.model_copy(update={"id": f"d{ev.phase}-{len(diagnoses) + k}", "source": "rules", "statement":
+                                   f"{d.statement} (found by the built-in rules; the Diagnostician did not name it)"})
               for k, d in enumerate(missed, 1)]
     return diagnoses + missed, missed
 
