@@ -21,7 +21,7 @@ trial passes. Rounds differ by phase number, so each one draws other tasks and s
 round, and the rates. ``--first K`` starts at round K + 1, so more rounds on the same run directory add new draws.
 
     python benchmarks/false_promotion.py [--rounds 40] [--per-round 3] [--first 0] [--steps 20] [--seeds 2]
-        [--probe 300] [--null seeds | --edit 'KEY: VALUE'] [--run-dir DIR]
+        [--probe N] [--null seeds | --edit 'KEY: VALUE'] [--run-dir DIR]
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def main() -> None:
     ap.add_argument("--first", type=int, default=0, help="rounds already made (new rounds start after them)")
     ap.add_argument("--steps", type=int, default=20, help="generated batches per trial arm")
     ap.add_argument("--seeds", type=int, default=2, help="replicates per arm")
-    ap.add_argument("--probe", type=int, default=300, help="probe tasks (of the dev split)")
+    ap.add_argument("--probe", type=int, default=None, help="probe tasks of the dev split (default: the run's "
+                    "backtest.probe_size)")
     ap.add_argument("--null", choices=["seeds", "noise"], default="seeds")
     ap.add_argument("--edit", default=None, help="'KEY: VALUE' of harness.yaml: measure power, not the null")
     ap.add_argument("--run-dir", type=Path, default=None, help="reuse a run directory (default: a fresh one)")
@@ -83,6 +84,7 @@ def main() -> None:
     base = rd.ensure_policy(log=print)
     cfg = rd.load_config()
     training = cfg.training  # the run's batch, as its phases and trials use it
+    a.probe = a.probe or cfg.backtest.probe_size
     ev = cfg.evolution
     level = round_level(cfg.backtest.false_promotion_rate, ev.max_candidates * ev.max_engineer_rounds)
     repo = HarnessRepo(rd.harness)

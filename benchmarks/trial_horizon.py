@@ -5,7 +5,7 @@ trial does (``PhaseRequest.make``: same seeds, tasks and batch; ``--seeds`` repl
 several budgets, and prints the gate's paired decision (``evotrainer.judge.checks.trial_check``) at each. An edit
 whose gain shrinks or turns negative as the budget grows is one a short trial promotes and a phase regrets.
 
-    python benchmarks/trial_horizon.py RUN_DIR REF [--phase 1] [--horizons 20,60,180] [--seeds 2] [--probe 300]
+    python benchmarks/trial_horizon.py RUN_DIR REF [--phase 1] [--horizons 20,60,180] [--seeds 2] [--probe N]
                                        [--shift K] [--dev]
 
 REF is a branch or commit of the run's harness repo (e.g. candidates/phase-1-2); main is the harness that trained
@@ -33,7 +33,8 @@ def main() -> None:
     ap.add_argument("--phase", type=int, default=1, help="the trial starts from this phase's checkpoint")
     ap.add_argument("--horizons", default="20,60,180", help="generated batches per arm, comma-separated")
     ap.add_argument("--seeds", type=int, default=2, help="replicates per arm")
-    ap.add_argument("--probe", type=int, default=300, help="probe tasks")
+    ap.add_argument("--probe", type=int, default=None, help="probe tasks of the dev split (default: the run's "
+                    "backtest.probe_size)")
     ap.add_argument("--shift", type=int, default=0, help="the candidate arm's seeds start this many replicates later")
     ap.add_argument("--dev", action="store_true", help="score the whole dev split instead of the probe")
     a = ap.parse_args()
@@ -47,6 +48,7 @@ def main() -> None:
 
     rd = RunDir(a.run_dir)
     cfg = rd.load_config()
+    a.probe = a.probe or cfg.backtest.probe_size
     base = rd.ensure_policy(log=print)
     repo = HarnessRepo(rd.harness)
     main_sha = repo.commit(f"phase-{a.phase}").sha

@@ -218,8 +218,10 @@ class BacktestConfig(_Section):
         "may promote one: each trial's paired interval is at 1 - rate / (evolution.max_candidates x "
         "evolution.max_engineer_rounds), the most trials a phase can run (0.05 and 3 x 2: 99.2%)")
     probe_size: int = Field(
-        300, ge=20, description="dev tasks the trial's arms are scored on, paired per task (the same ones every "
-        "trial; the whole dev split when it has fewer)"
+        2000, ge=20, description="dev tasks the trial's arms are scored on, paired per task (the same ones every "
+        "trial; the whole dev split when it has fewer). 2000 (the whole default dev split) was chosen on "
+        "calibration seed 100 by a pre-registered criterion (docs/preregistration/probe-size.md): 0 of 40 A/A "
+        "rounds promoted, the null's trial gain sd 0.7 points (1.6 at 300 items)"
     )
     alignment_tolerance: float = Field(
         0.01, ge=0, description="how much worse reward/verified alignment may get before a candidate fails"
