@@ -10,6 +10,7 @@ shared by every defect (``BENCH/clean/<arm>-seed<N>``). Alone:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from evotrainer.config import ConfigError
@@ -167,3 +168,15 @@ def arms_beside(root: Path) -> dict[str, Path]:
             if (other in names if names is not None else is_arm(other)) and (path / "config.yaml").is_file():
                 found[other] = path
     return {a: found[a] for a in sorted(found, key=order)} if len(found) > 1 else {}
+
+
+def summary_beside(root: Path) -> dict | None:
+    """For the report of a run in a fault bench: its defect's arms (or the clean seed's) from ``faults.json``, shaped
+    as ``bench.json`` (``{"arms": ...}``); None outside a fault bench or before the bench has finished."""
+    root = Path(root)
+    path = root.parent.parent / "faults.json"
+    if not in_fault_bench(root) or not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    entry = data.get("clean") if root.parent.name == CLEAN else data.get("defects", {}).get(root.parent.name)
+    return {"arms": entry["arms"]} if entry else None

@@ -358,15 +358,3 @@ def markdown(summary: dict) -> str:
               "trained within the bench; at the end: the overlay's files in the harness that trained the last phase "
               "are the clean seed's (clean), the faulty overlay's (faulty) or neither (changed)."]
     return "\n".join(lines) + "\n"
-
-
-def summary_beside(root: Path) -> dict | None:
-    """For the report of a run in a fault bench: its defect's arms (or the clean seed's) from ``faults.json``, shaped
-    as ``bench.json`` (``{"arms": ...}``); None outside a fault bench or before the bench has finished."""
-    root = Path(root)
-    path = root.parent.parent / "faults.json"
-    if not in_fault_bench(root) or not path.is_file():
-        return None
-    data = json.loads(path.read_text())
-    entry = data.get("clean") if root.parent.name == CLEAN else data.get("defects", {}).get(root.parent.name)
-    return {"arms": entry["arms"]} if entry else None

@@ -220,8 +220,7 @@ def bench_arms(rd: RunDir) -> dict[str, Any] | None:
     written. None for a run outside a bench."""
     import json
 
-    from evotrainer.bench.arms import arms_beside
-    from evotrainer.bench.faults import summary_beside
+    from evotrainer.bench.arms import arms_beside, summary_beside
 
     arms = arms_beside(rd.root)
     if not arms:
