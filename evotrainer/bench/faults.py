@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from evotrainer import config as config_mod
-from evotrainer.bench.arms import CLEAN, FAULT_ARMS, check_seeds, expand_fault_arms, fault_run_dir, in_fault_bench
+from evotrainer.bench.arms import CLEAN, FAULT_ARMS, check_seeds, expand_fault_arms, fault_run_dir
 from evotrainer.bench.runner import _config, _interval, _outcome, arm_table, summarize as arm_summary, train_runs
 from evotrainer.console import Reporter
 from evotrainer.harness import faults as catalogue
