@@ -42,8 +42,8 @@ def test_the_counterfactual_trains_both_harnesses_again_at_every_further_seed(tm
         finally:
             rt.close()
 
-    assert len(pairs) == 2 and pairs[0][1] == after.eval  # seed 0: against the phase itself
-    assert all(set(w.items) == set(e.items) == set(after.eval.items) for w, e in pairs)  # held-out, paired
+    assert len(pairs) == 2 and pairs[0][1] == after.dev  # seed 0: against the phase itself, on dev
+    assert all(set(w.items) == set(e.items) == set(after.dev.items) for w, e in pairs)  # dev, paired
     pilots = rd.scratch / "pilots"
     runs = {p.name for p in pilots.glob("*.parquet")}
     assert runs == {f"phase-0002-{old_main[:10]}-r0.parquet", f"phase-0002-{old_main[:10]}-r1.parquet",

@@ -34,8 +34,8 @@ def test_main_against_itself_prints_each_trial_the_rate_and_the_gate_s_margin(tm
     assert f"{promoted} of 4 trials; each trial at level 99.17%" in out.stdout
     gains = [float(t[3]) for t in trials]
     margins = [float(t[3]) - float(t[4]) for t in trials]
-    summary = re.search(r"the null's gain: mean ([-+][\d.]+), sd ([\d.]+); the gate's margin: mean ([\d.]+)",
-                        out.stdout)
+    summary = re.search(r"the null's gain: mean ([-+][\d.]+), sd ([\d.]+) \(se [\d.]+\); the gate's margin: "
+                        r"mean ([\d.]+)", out.stdout)
     assert summary, out.stdout[-1000:]
     assert float(summary[1]) == pytest.approx(sum(gains) / 4, abs=2e-4)
     assert float(summary[3]) == pytest.approx(sum(margins) / 4, abs=2e-4) and float(summary[3]) >= 0
