@@ -83,16 +83,16 @@ def test_more_static_reruns_measure_the_noise_and_an_arm_identical_to_static_sco
 
 def test_reruns_add_static_runs_beside_static_rerun_and_bad_names_are_refused(tmp_path, cli_env):
     from evotrainer import config as C
-    from evotrainer.bench.runner import _config, run_bench
+    from evotrainer.bench.runner import arm_config, run_bench
     from tests.conftest import cli
 
     assert expand_arms(["evotrainer", "static_rerun", "static"], 3) == [
         "static", "static_rerun", "static_rerun2", "static_rerun3", "evotrainer"]  # arm order
     assert expand_arms(["static", "evotrainer"], 3) == ["static", "evotrainer"]  # no static_rerun, no reruns
     assert expand_arms(["static_rerun4", "static"]) == ["static", "static_rerun4"]  # named alone
-    cfg = _config("static_rerun3", 1, 2, None, [])
+    cfg = arm_config("static_rerun3", 1, 2, None, [])
     assert (cfg.training.rerun, cfg.evolution.mode, cfg.seed) == (3, "static", 1)
-    assert _config("static_rerun", 1, 2, None, []).training.rerun == 1
+    assert arm_config("static_rerun", 1, 2, None, []).training.rerun == 1
     for arms, reruns, message in ((["static_rerun1"], 1, r"unknown arm\(s\) \['static_rerun1'\]"),
                                   (["static_rerun02", "nope"], 1, r"\['static_rerun02', 'nope'\] \(allowed: static"),
                                   (["static", "static_rerun"], 0, r"--reruns: 0 \(at least 1")):
@@ -151,22 +151,23 @@ def test_every_arm_trains_the_same_budget_and_only_the_evolving_arms_edit(tmp_pa
 def test_a_bench_folder_made_with_other_settings_is_refused_before_anything_trains(tmp_path):
     from evotrainer import config as C
     from evotrainer.bench.arms import run_dir_name
-    from evotrainer.bench.runner import _config, check_same_settings, run_bench
+    from evotrainer.bench.runner import arm_config, check_same_settings, run_bench
     from evotrainer.console import Reporter
     from evotrainer.rundir import RunDir
 
     small = ["training.train_pool_size=400", "training.eval_size=40"]
     made = RunDir(tmp_path / "bench" / run_dir_name("static", 0))
-    made.init(_config("static", 0, 2, None, [*small, "training.steps_per_phase=500"]), log=lambda _: None)
+    made.init(arm_config("static", 0, 2, None, [*small, "training.steps_per_phase=500"]), log=lambda _: None)
     events = made.events.path.read_text()
     with pytest.raises(C.ConfigError, match=r"static-seed0 was made with other settings: training.steps_per_phase "
                                             r"500 \(this bench: 60\); use a new bench folder"):
         run_bench(tmp_path / "bench", ["static", "evotrainer"], [0], 3, overrides=small, reporter=Reporter(quiet=True))
     assert made.events.path.read_text() == events and not (tmp_path / "bench" / "evotrainer-seed0").exists()
     # the same settings with a larger phase budget are accepted: every arm trains on (checked, not run here)
-    check_same_settings(made, _config("static", 0, 3, None, [*small, "training.steps_per_phase=500"]))
+    check_same_settings(made, arm_config("static", 0, 3, None, [*small, "training.steps_per_phase=500"]))
     # ... and so is one whose name (a label) differs: a run made by hand with an arm's settings, copied in
-    renamed = _config("static", 0, 2, None, [*small, "training.steps_per_phase=500"]).model_copy(update={"name": "x"})
+    renamed = arm_config("static", 0, 2, None, [*small, "training.steps_per_phase=500"])
+    renamed = renamed.model_copy(update={"name": "x"})
     check_same_settings(made, renamed)
 
 
@@ -176,7 +177,7 @@ def test_a_task_mix_file_reaches_every_arm_s_training_pool_and_held_out_split(tm
     from collections import Counter
 
     from evotrainer import config as C
-    from evotrainer.bench.runner import _config, load_tasks
+    from evotrainer.bench.runner import arm_config, load_tasks
     from evotrainer.rundir import RunDir
 
     mix = tmp_path / "mix.yaml"
@@ -185,10 +186,10 @@ def test_a_task_mix_file_reaches_every_arm_s_training_pool_and_held_out_split(tm
     assert load_tasks(None) is None
     small = ["training.eval_size=400", "training.train_pool_size=400"]
     for arm in ("static", "evotrainer"):
-        cfg = _config(arm, 1, 2, tasks, small)
+        cfg = arm_config(arm, 1, 2, tasks, small)
         assert cfg.tasks.mix == {"1": 1.0, "4": 3.0} and cfg.seed == 1
     rd = RunDir(tmp_path / "run")
-    rd.init(_config("static", 1, 2, tasks, small), log=lambda _: None)
+    rd.init(arm_config("static", 1, 2, tasks, small), log=lambda _: None)
     for split in (rd.train_tasks(), rd.eval_tasks()):
         levels = Counter(t["difficulty"] for t in split)
         assert set(levels) == {"1", "4"} and abs(levels["4"] / levels["1"] - 3) < 0.1, levels  # 1 : 3
@@ -206,12 +207,12 @@ def test_a_run_longer_than_the_bench_is_scored_after_the_bench_s_last_phase(tmp_
     """A run trained on to more phases (a bench resumed with a larger --phases, or a run copied in) is scored after
     the bench's last phase like every other arm, not after its own last one, and the table says its time covers
     more."""
-    from evotrainer.bench.runner import _config, _outcome
+    from evotrainer.bench.runner import arm_config, run_outcome
     from evotrainer.contracts import PhaseResult
     from evotrainer.rundir import RunDir
 
     rd = RunDir(tmp_path / "static-seed0")
-    rd.init(_config("static", 0, 3, None, ["training.train_pool_size=400", "training.eval_size=40"]),
+    rd.init(arm_config("static", 0, 3, None, ["training.train_pool_size=400", "training.eval_size=40"]),
             log=lambda _: None)
     for phase, correct in ((1, 10), (2, 20), (3, 30)):
         folder = rd.checkpoints / f"phase-{phase}"
@@ -220,7 +221,7 @@ def test_a_run_longer_than_the_bench_is_scored_after_the_bench_s_last_phase(tmp_
                              dev=_final(set()),
                              rollout_path="", checkpoint_path=str(folder), wall_time_s=10.0, tokens=0)
         (folder / "result.json").write_text(result.model_dump_json())
-    out = _outcome(rd, 2)
+    out = run_outcome(rd, 2)
     assert out["final"].accuracy == 20 / 200 and out["accuracy"] == [10 / 200, 20 / 200]
     assert out["phases_trained"] == 3 and out["training_s"] == 30.0
     other = {"final": _final(set(range(20))), "wall_s": 100.0, "training_s": 20.0, "phases_trained": 2}

@@ -95,7 +95,7 @@ def test_unknown_faults_arms_and_calibration_seeds_are_refused_in_one_line_befor
 
 # --- the runs ----------------------------------------------------------------------------------------------------
 def test_each_run_is_an_ordinary_arm_on_the_faulty_or_the_clean_seed_and_the_oracle_is_the_bench_s_static():
-    from evotrainer.bench.runner import _config
+    from evotrainer.bench.runner import arm_config
 
     runs = fb.plan(["truncation"], ALL, [1])
     cfgs = fb.configs(runs, 3, None, SMALL)
@@ -105,7 +105,7 @@ def test_each_run_is_an_ordinary_arm_on_the_faulty_or_the_clean_seed_and_the_ora
                      "truncation/static-seed1": ("static", "truncation", 1, 3),
                      "truncation/evotrainer-seed1": ("evolve", "truncation", 1, 3),
                      "truncation/keep_discard-seed1": ("keep_discard", "truncation", 1, 3)}
-    ordinary = _config("static", 1, 3, None, SMALL)
+    ordinary = arm_config("static", 1, 3, None, SMALL)
     assert cfgs["clean/oracle-seed1"].model_copy(update={"name": ordinary.name}) == ordinary
     assert cfgs["truncation/static-seed1"].name == "faults-truncation-static-seed1"
 
@@ -249,13 +249,13 @@ def test_a_diagnosis_counts_only_when_confirmed_and_of_the_mechanism():
 # --- the repairing commit ----------------------------------------------------------------------------------------
 def _faulty_run(root: Path, fault: str) -> tuple[RunDir, object]:
     """A run folder (config and harness repo) started from the faulty seed, as `init --fault` makes it."""
-    from evotrainer.bench.runner import _config
+    from evotrainer.bench.runner import arm_config
     from evotrainer.harness.faults import materialize
     from evotrainer.harness.repo import HarnessRepo
 
     rd = RunDir(root)
     root.mkdir(parents=True)
-    rd.save_config(_config("evotrainer", 0, 3, None, [*SMALL, f"fault={fault}"]))
+    rd.save_config(arm_config("evotrainer", 0, 3, None, [*SMALL, f"fault={fault}"]))
     seed = materialize("math", fault, root.parent / f"{root.name}-seed-harness")
     return rd, HarnessRepo.create(rd.harness, "math", str(seed))
 

@@ -43,7 +43,8 @@ from typing import Any, Iterable
 
 from evotrainer import config as config_mod
 from evotrainer.bench.arms import CLEAN, FAULT_ARMS, check_seeds, expand_fault_arms, fault_run_dir
-from evotrainer.bench.runner import _config, _interval, _outcome, arm_table, summarize as arm_summary, train_runs
+from evotrainer.bench.runner import arm_config, arm_table, interval_text, run_outcome, train_runs
+from evotrainer.bench.runner import summarize as arm_summary
 from evotrainer.console import Reporter
 from evotrainer.harness import faults as catalogue
 from evotrainer.metrics import paired_gain, pooled_gain
@@ -86,7 +87,7 @@ def configs(runs: dict[str, tuple[str | None, str, int]], phases: int, tasks: di
     out = {}
     for rel, (fault, arm, seed) in runs.items():
         extra = [f"fault={fault}"] if fault else []
-        out[rel] = _config(FAULT_ARMS[arm][0], seed, phases, tasks, [*overrides, *extra],
+        out[rel] = arm_config(FAULT_ARMS[arm][0], seed, phases, tasks, [*overrides, *extra],
                            name=f"faults-{fault or CLEAN}-{arm}-seed{seed}")
         if fault is None and (out[rel].fault or out[rel].harness):
             raise config_mod.ConfigError("--set/--tasks: a fault bench plants each defect in the domain's own seed "
@@ -189,7 +190,7 @@ def collect(out: Path, faults: list[str], arms: list[str], seeds: list[int], pha
     found: dict[str, dict] = {}
     for rel, (fault, arm, seed) in plan(faults, arms, seeds).items():
         root = out / rel
-        by.setdefault(fault or CLEAN, {}).setdefault(arm, {})[seed] = outcomes.get(root) or _outcome(RunDir(root),
+        by.setdefault(fault or CLEAN, {}).setdefault(arm, {})[seed] = outcomes.get(root) or run_outcome(RunDir(root),
                                                                                                    phases)
         if fault is None:
             continue
@@ -209,7 +210,7 @@ def recovery(gain: dict | None, gap: dict | None) -> tuple[float | None, str | N
     if gap["diff"] <= 0:
         return None, f"oracle - static is {gap['diff']:+.1%}: the defect costs nothing here, nothing to recover"
     if gap["low"] <= 0:
-        return None, (f"oracle - static is {_interval(gap)}, its interval reaches 0: the defect's cost is within "
+        return None, (f"oracle - static is {interval_text(gap)}, its interval reaches 0: the defect's cost is within "
                       "noise, so a share of it means nothing")
     return gain["diff"] / gap["diff"], None
 
@@ -217,7 +218,7 @@ def recovery(gain: dict | None, gap: dict | None) -> tuple[float | None, str | N
 def summarize(outcomes: dict[str, dict[str, dict[int, dict]]], seeds: list[int], phases: int,
               found: dict[str, dict] | None = None) -> dict:
     """Per defect, pooled, and no harm. ``outcomes``: defect (or ``clean``) -> arm -> seed -> a run's outcome (as
-    ``runner._outcome`` gives it); ``found``: defect -> ``mechanism``, ``diagnosis`` per seed, ``repair`` per arm
+    ``runner.run_outcome`` gives it); ``found``: defect -> ``mechanism``, ``diagnosis`` per seed, ``repair`` per arm
     and seed (as :func:`collect` reads them)."""
     found = found or {}
     clean = outcomes.get(CLEAN, {})
@@ -274,7 +275,7 @@ def _cell(arms: dict, arm: str) -> str:
     e = arms.get(arm)
     if not e:
         return "-"
-    return f"{e['accuracy']:.1%}" + (f", {_interval(e['vs_static'])}" if e.get("vs_static") else "")
+    return f"{e['accuracy']:.1%}" + (f", {interval_text(e['vs_static'])}" if e.get("vs_static") else "")
 
 
 def _diagnosis_cell(entry: dict) -> str:
@@ -321,20 +322,20 @@ def markdown(summary: dict) -> str:
     named = pool.get("diagnosed")
     lines.append("| " + " | ".join([
         "pooled (defects, seeds, items)", "-",
-        *(_interval(pool.get(a)) for a in ("evotrainer", "keep_discard", "oracle")),
+        *(interval_text(pool.get(a)) for a in ("evotrainer", "keep_discard", "oracle")),
         f"mean {mean['mean']:.0%} over {mean['defects']} defect(s)" if mean else "-",
         f"{named['defect_seeds']} of {named['of']} defect-seeds; {named['defects_on_every_seed']} of "
         f"{named['defects']} defects on every seed" if named else "-", "-"]) + " |")
     if harm := summary.get("no_harm"):
-        lines.append(f"| no harm (clean seed): clean_evotrainer - oracle | - | {_interval(harm['pooled'])} | - | "
+        lines.append(f"| no harm (clean seed): clean_evotrainer - oracle | - | {interval_text(harm['pooled'])} | - | "
                      f"{summary['clean']['arms']['oracle']['accuracy']:.1%} | - | - | - |")
     lines += ["", "Arm cells: held-out accuracy (mean over seeds), then minus static, paired per item and seed, with "
               "its 95% interval. The pooled row gives each arm minus static pooled over defects (hierarchical "
               "bootstrap: defects, then seeds, then items)."]
     if vs := pool.get("evotrainer_vs_keep_discard"):
-        lines += ["", f"evotrainer minus keep_discard, pooled: {_interval(vs)}."]
+        lines += ["", f"evotrainer minus keep_discard, pooled: {interval_text(vs)}."]
     if harm:
-        per_seed = ", ".join(f"seed {s} {_interval(g)}" for s, g in harm["per_seed"].items())
+        per_seed = ", ".join(f"seed {s} {interval_text(g)}" for s, g in harm["per_seed"].items())
         lines += ["", f"No harm per seed (clean_evotrainer - oracle, paired per item): {per_seed}."]
     for fault, e in defects.items():
         lines += ["", f"## {fault}", "", f"Mechanism: {', '.join(e.get('mechanism') or ['-'])}."

@@ -38,7 +38,7 @@ from evotrainer.report.history import phase_results
 from evotrainer.rundir import RunDir
 
 
-def _config(arm: str, seed: int, phases: int, tasks: dict | None, overrides: list[str],
+def arm_config(arm: str, seed: int, phases: int, tasks: dict | None, overrides: list[str],
             name: str | None = None) -> config_mod.Config:
     cfg = config_mod.parse({**(tasks or {}), "name": name or f"bench-{arm}-seed{seed}"}, "--tasks")
     return config_mod.apply_overrides(cfg, [f"seed={seed}", f"phases={phases}", *overrides, *arm_overrides(arm)])
@@ -68,7 +68,7 @@ def check_same_settings(rd: RunDir, expected: config_mod.Config) -> None:
                                      "folder, or the --set/--tasks it was made with")
 
 
-def _outcome(rd: RunDir, phases: int) -> dict[str, Any]:
+def run_outcome(rd: RunDir, phases: int) -> dict[str, Any]:
     """What one finished arm-seed run gives the bench: its held-out result after the bench's last phase (a run
     copied in or trained on to more phases is scored there too, so every arm is scored on the same budget), and
     where its time went (the run's wall time without building the starting policy, which is set-up, cached across
@@ -89,7 +89,7 @@ def _outcome(rd: RunDir, phases: int) -> dict[str, Any]:
 def train_runs(planned: dict[Path, tuple[str, config_mod.Config]], phases: int, reporter: Reporter
                ) -> dict[Path, dict]:
     """Train every planned run (folder -> (label, config)) to ``phases`` and return each one's outcome
-    (:func:`_outcome`). A folder already there must hold a run made with the same settings (checked for every run
+    (:func:`run_outcome`). A folder already there must hold a run made with the same settings (checked for every run
     before anything trains: one line if not, :func:`check_same_settings`); a missing one is initialised; a run
     finished to the budget (state done, ``phases`` results) is reused as it is, anything else is resumed. So a bench
     run twice trains only what the first left unfinished, and a run shared by several comparisons trains once."""
@@ -108,7 +108,7 @@ def train_runs(planned: dict[Path, tuple[str, config_mod.Config]], phases: int, 
                 rd.init(cfg, log=lambda _: None)
             if rd.status().get("state") != "done" or len(phase_results(rd)) < phases:
                 run(rd.root, phases=phases, reporter=quiet)
-            outcomes[root] = got = _outcome(rd, phases)
+            outcomes[root] = got = run_outcome(rd, phases)
             start = f"{got['baseline']:.1%}" if got["baseline"] is not None else "not measured"
             reporter.info(f"{label}: held-out accuracy {got['final'].accuracy:.1%} (start {start})")
         bar(step=len(planned), total=len(planned))
@@ -125,7 +125,7 @@ def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: 
     reporter = reporter or Reporter()
     arms = expand_arms(arms, reruns)
     t0 = time.time()
-    planned = {out / run_dir_name(arm, seed): (f"{arm}, seed {seed}", _config(arm, seed, phases, tasks,
+    planned = {out / run_dir_name(arm, seed): (f"{arm}, seed {seed}", arm_config(arm, seed, phases, tasks,
                                                                               list(overrides)))
                for seed in seeds for arm in arms}
     out.mkdir(parents=True, exist_ok=True)
@@ -166,7 +166,7 @@ def summarize(outcomes: dict[str, dict[int, dict]], seeds: list[int], phases: in
     return {"arms": arms}
 
 
-def _interval(vs: dict | None) -> str:
+def interval_text(vs: dict | None) -> str:
     return f"{vs['diff']:+.1%} ({vs['low']:+.1%} to {vs['high']:+.1%})" if vs else "-"
 
 
@@ -179,8 +179,8 @@ def arm_table(arms: dict[str, dict]) -> list[str]:
              "training | completions: phases + judging |", "|---|---|---|---|" + ("---|" if noise else "") + "---|---|---|"]
     for arm, e in arms.items():
         per_seed = ", ".join(f"{v:.1%}" for v in e["per_seed"].values())
-        cells = [arm, f"{e['accuracy']:.1%}", per_seed, _interval(e.get("vs_static"))]
-        cells += [_interval(e.get("vs_static_runs"))] if noise else []
+        cells = [arm, f"{e['accuracy']:.1%}", per_seed, interval_text(e.get("vs_static"))]
+        cells += [interval_text(e.get("vs_static_runs"))] if noise else []
         cells += [f"{e['wall_s']:.0f} s", f"{e['outside_training']:.0%}" if e["outside_training"] is not None else "-"]
         done = e.get("completions", {})
         cells += [f"{done.get('phases', 0):,} + {done.get('judging', 0):,}"]
