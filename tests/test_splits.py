@@ -52,6 +52,20 @@ def test_init_writes_four_disjoint_splits_and_records_their_sizes(tmp_path: Path
     assert init["splits"] == {name: len(splits[name]) for name in SPLITS}
 
 
+def test_each_split_s_size_is_its_config_field_and_a_real_model_has_no_warm_up_split(tmp_path: Path):
+    from evotrainer.rundir import split_sizes
+
+    cfg = C.apply_overrides(C.parse({}), [*FAST, "training.dev_size=80", "policy.tiny.warmup_pool_size=400",
+                                          "backtest.probe_size=1000"])
+    assert split_sizes(cfg) == {"held_out": 40, "dev": 80, "rl": 400, "warmup": 400}
+    assert split_sizes(cfg.model_copy(update={"policy": cfg.policy.model_copy(update={"model": "Qwen/x"})}))[
+        "warmup"] == 0
+    RunDir(tmp_path / "run").init(cfg, log=lambda _: None)
+    rd = RunDir(tmp_path / "run")
+    assert [len(rd.tasks(name)) for name in SPLITS] == [40, 80, 400, 400]
+    assert len(rd.probe_tasks(cfg.backtest.probe_size)) == 80  # the probe is at most the whole dev split
+
+
 def test_a_run_without_a_dev_split_says_so_in_one_line(tmp_path: Path, cli_env):
     run = tmp_path / "run"
     cli(["init", str(run), *[a for o in FAST for a in ("--set", o)]], cli_env)
