@@ -193,7 +193,7 @@ def test_a_bench_arm_shows_every_arm_of_its_seed_on_one_chart(run_dir: Path, env
     assert page.count('<svg class="chart"') == 5 and 'data-chart="bench"' in page and 'href="#bench"' in page
     assert "this run is the <code>evotrainer</code> arm" in page and "evotrainer (this run)" in page
     assert "minus static" not in page  # no bench.json yet: the bench has not finished
-    outcomes = {arm: {0: bench._outcome(RunDir(folder / bench_arms.run_dir_name(arm, 0)), PHASES)}
+    outcomes = {arm: {0: bench.run_outcome(RunDir(folder / bench_arms.run_dir_name(arm, 0)), PHASES)}
                 for arm in arms}
     (folder / "bench.json").write_text(json.dumps({**bench.summarize(outcomes, [0], PHASES), "seeds": [0]}))
     cli(["report", str(folder / "static-seed0")], env)
