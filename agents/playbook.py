@@ -207,8 +207,11 @@ def _reweight_curriculum(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
         return None
     text = files["harness.yaml"]
     changed = False
-    for level, st in sorted(levels.items()):
-        new = round(max(0.1, 1.0 - st["dead_group_ratio"]), 2)
+    new_weights = {level: round(max(0.1, 1.0 - st["dead_group_ratio"]), 2) for level, st in levels.items()}
+    # A level the phase never sampled (its weight was 0) gave no evidence that it is dead: it gets the prior weight
+    # of 1.0 so the next phase finds out. Rescaling only the sampled levels would leave a zero weight at zero.
+    new_weights.update({level: 1.0 for level in knobs.curriculum_weights if level not in levels})
+    for level, new in sorted(new_weights.items()):
         old = knobs.curriculum_weights.get(level, 1.0)
         if abs(new - old) >= 0.1:
             text = set_yaml_entry(text, "curriculum_weights", level, _fmt(new))
@@ -240,8 +243,9 @@ GENERIC: list[Intervention] = [
         "batch", "every trained slot then carries signal, where a dead group carries none (DAPO)", _dynamic_sampling),
     Intervention(
         "reweight_curriculum", 30, ("dead_groups",), "harness.yaml:curriculum_weights", "dead_group_ratio",
-        "down", False, "levels are sampled in proportion to their share of groups with reward spread",
-        "levels that are all solved or all failed give no GRPO signal", _reweight_curriculum),
+        "down", False, "levels are sampled in proportion to their share of groups with reward spread (a level "
+        "the phase never sampled gets weight 1.0)", "levels that are all solved or all failed give no GRPO signal, and "
+        "a level never sampled cannot be judged", _reweight_curriculum),
     Intervention(
         "mask_truncated", 60, ("truncation", "length_growth"), "harness.yaml:mask_truncated_completions",
         "trained_truncated_rate", "down", False, "truncated completions are masked out of the loss",

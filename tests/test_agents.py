@@ -186,3 +186,26 @@ def test_a_realized_win_says_whether_accuracy_moved_beyond_noise():
     assert "within noise" in accuracy_note(True, 0.007, 0.07)  # the target moved; accuracy did not, measurably
     assert "beyond noise" in accuracy_note(True, 0.10, 0.07)
     assert accuracy_note(False, 0.10, 0.07) == ""
+
+
+def test_reweighting_a_curriculum_gives_a_level_it_never_sampled_a_weight(repo):
+    # Only one level was sampled (the others weigh 0) and most of its groups are dead. Rescaling the sampled level
+    # alone would leave the same distribution (every task from it); the levels without evidence must come back.
+    from evotrainer.harness.knobs import Knobs
+
+    rows = [dict(r, difficulty="3") for r in dead_rows()]
+    knobs = Knobs(**{**read_knobs(repo.path).model_dump(),
+                     "curriculum_weights": {"1": 0.0, "2": 0.0, "3": 1.0, "4": 0.0}})
+    reweight = next(i for i in for_domain("math") if i.name == "reweight_curriculum")
+    from agents.playbook import set_yaml_entry
+
+    text = repo.show_file("main", "harness.yaml")
+    for level, weight in knobs.curriculum_weights.items():
+        text = set_yaml_entry(text, "curriculum_weights", level, str(weight))
+    files = {"harness.yaml": text}
+    edited = reweight.edit(files, knobs, {"level_stats": level_history(rows)})
+    import yaml
+
+    weights = yaml.safe_load(edited["harness.yaml"])["curriculum_weights"]
+    assert {lv: weights[lv] for lv in ("1", "2", "4")} == {"1": 1.0, "2": 1.0, "4": 1.0}
+    assert 0 < weights["3"] < 1.0  # the sampled level, weighted by its share of groups with spread
