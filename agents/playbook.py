@@ -277,6 +277,11 @@ GENERIC: list[Intervention] = [
         "lower_learning_rate", 120, ("accuracy_regression", "edit_regression"), "harness.yaml:learning_rate",
         "verified_rate", "up", True, "the learning rate halves", "the last phase overshot",
         _knob("learning_rate", lambda k: k.learning_rate / 2)),
+    Intervention(
+        "learning_rate_tenfold_lower", 125, ("accuracy_regression",), "harness.yaml:learning_rate", "verified_rate",
+        "up", True, "the learning rate drops tenfold", "a rate that lost accuracy beyond noise within one phase may be "
+        "an order of magnitude too high, where halving it leaves it unstable (learning rates are searched on a log "
+        "scale)", _knob("learning_rate", lambda k: k.learning_rate / 10)),
 ]
 
 

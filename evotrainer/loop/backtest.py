@@ -22,6 +22,7 @@ from langgraph.errors import GraphBubbleUp
 
 from evotrainer.contracts import BacktestReport, Candidate, Check
 from evotrainer.judge.checks import TRIAL, could_not_judge, judge, round_level, trial_verdict, with_check
+from evotrainer.loop.resume import trial_start
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.pause import RunPaused
@@ -32,19 +33,21 @@ from evotrainer.trainer.wire import PilotResult
 class Testbed:
     """Replay checks on the retained rollouts, then an A/B trial from the phase's checkpoint."""
 
-    def __init__(self, rt: Runtime, phase: int, main_sha: str):
+    def __init__(self, rt: Runtime, phase: int, main_sha: str, start: int | None = None):
         self.rt, self.phase, self.main_sha = rt, phase, main_sha
+        self.start = phase if start is None else start  # the checkpoint both trial arms train from (loop/resume.py)
         keep = rt.cfg.backtest.retained_phases
         self.retained = [p for p in range(max(1, phase - keep + 1), phase + 1) if rt.rd.rollout_file(p).exists()]
         self.trials = rt.cfg.backtest.trial_steps > 0
         self._main_arm: list[PilotResult] | None = None
 
     def _arm(self, sha: str) -> list[PilotResult]:
-        """One trial arm: ``trial_seeds`` short runs at ``sha`` from this phase's checkpoint, scored on the probe."""
+        """One trial arm: ``trial_seeds`` short runs at ``sha`` from ``start``'s checkpoint (this phase's, or the best
+        earlier one when this phase harmed the policy), scored on the probe."""
         rt, b = self.rt, self.rt.cfg.backtest
         out = []
         for replicate in range(b.trial_seeds):
-            req = rt.request(self.phase + 1, sha, b.trial_steps, init=str(rt.rd.checkpoint(self.phase)), pilot=True)
+            req = rt.request(self.phase + 1, sha, b.trial_steps, init=rt.checkpoint_of(self.start), pilot=True)
             req = req.model_copy(update={"replicate": replicate, "probe_size": b.probe_size})
             out.append(rt.trainer.run_pilot(req, timeout_s=rt.cfg.trainer.phase_timeout_s))
         return out
@@ -77,7 +80,10 @@ class Testbed:
 
 
 def step(rt: Runtime, state: RunState) -> dict:
-    testbed = Testbed(rt, state.phase, rt.repo.sha("main"))
+    start, change = trial_start(rt, state)
+    if change is not None:
+        rt.emit("trial_start", phase=state.phase, round=state.engineer_round, start=start, change=change)
+    testbed = Testbed(rt, state.phase, rt.repo.sha("main"), start)
     reports = list(state.reports)
     todo = state.round_candidates()
     no_effect = {sha: list(names) for sha, names in state.no_effect.items()}

@@ -26,7 +26,8 @@ from evotrainer.rollouts import group_stats
 from evotrainer.trainer.client import TrainerError
 
 
-def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult) -> list[tuple[EvalResult, EvalResult]] | None:
+def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult, starts: dict[str, int] | None = None
+                   ) -> list[tuple[EvalResult, EvalResult]] | None:
     """(without the edit, with it) dev results, one pair per seed; None when turned off or when a run fails.
 
     Seed 0: the harness ``after`` trained without the edit (the merge's first parent; or, when main changed after
@@ -46,7 +47,8 @@ def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult) -> list[tu
         return None
     seeds = rt.cfg.evolution.counterfactual_seeds
     runs = [(without, 0)] + [(sha, r) for r in range(1, seeds) for sha in (without, after.harness_sha)]
-    req = rt.request(phase, without, steps, pilot=True).model_copy(update={"counterfactual": True})
+    init = rt.checkpoint_for(phase, starts)  # where ``after`` started (``RunState.starts``)
+    req = rt.request(phase, without, steps, init=init, pilot=True).model_copy(update={"counterfactual": True})
     scored, spent = {}, 0
     try:
         for i, (sha, replicate) in enumerate(runs):
@@ -148,7 +150,7 @@ def step(rt: Runtime, state: RunState) -> dict:
         if promo.phase != state.phase - 1 or promo.effect:
             continue  # a phase's waiting round passes here twice, measures once
         after = next(r for r in state.results if r.phase == promo.phase + 1)
-        effect = realized_effect(rt.evidence, promo, list(state.results), counterfactual(rt, promo, after))
+        effect = realized_effect(rt.evidence, promo, list(state.results), counterfactual(rt, promo, after, state.starts))
         promotions[i] = promo = promo.model_copy(update={"effect": effect["summary"]})
         if effect["lost"] and not promo.reverted_sha:
             promotions[i] = promo = rollback(rt, promo, effect, state.phase)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from agents.playbook import layer_of
 from evotrainer.harness.repo import parse_trailers
 from evotrainer.contracts import PhaseResult
-from evotrainer.metrics import accuracy_change
+from evotrainer.loop.resume import below_best
 
 if TYPE_CHECKING:
     from evotrainer.loop.runtime import Runtime
@@ -57,14 +57,9 @@ def instruct(rt: Runtime, state: RunState) -> tuple[str, list[str]]:
 
 
 def fell_below_known_good(results: list[PhaseResult], level: float = 0.95) -> tuple[PhaseResult, dict] | None:
-    """(the known-good phase, the change from it) when the last phase's accuracy fell below the best earlier phase's
-    beyond noise, else None. The change is paired per item where both scored the same items; the best of k earlier
-    phases is the largest of k noisy figures, so its interval is widened for the choice (Bonferroni: level
-    1 - (1 - ``level``) / k), or a run at a standstill would be rolled back far more often than 1 - ``level``."""
-    cur, earlier = results[-1], results[:-1]
-    best = max(earlier, key=lambda r: r.dev.accuracy)
-    change = accuracy_change(best.dev, cur.dev, level=1 - (1 - level) / len(earlier))
-    return (best, change) if change["high"] < 0 else None
+    """(the known-good phase, the change from it) when the last phase's dev accuracy fell below the best earlier
+    phase's beyond noise (:func:`below_best`), else None: the harness escalation rolls main back to."""
+    return below_best(results[-1].dev, [(r, r.dev) for r in results[:-1]], level)
 
 
 def rollback(rt: Runtime, state: RunState) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from evotrainer.contracts import BacktestReport, Candidate, Promotion
 from evotrainer.harness.repo import RevertConflict
-from evotrainer.loop import gate
+from evotrainer.loop import gate, resume
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 
@@ -67,7 +67,7 @@ def step(rt: Runtime, state: RunState) -> dict:
         return {"held": held, "feedback": feedback, "withdrawn": [*state.withdrawn, *sent_back]}
     for branch, reason in held.items():
         rt.emit("not_promoted", phase=state.phase, branch=branch, reason=reason)
-    promotions = list(state.promotions)
+    promotions, starts = list(state.promotions), dict(state.starts)
     done = {p.branch for p in promotions}
     for report in chosen:
         if report.branch in done:
@@ -75,17 +75,19 @@ def step(rt: Runtime, state: RunState) -> dict:
         cand = candidates[report.branch]
         diag = next((d for d in state.diagnoses if d.id == cand.diagnosis_id), None)
         what = f"{cand.diagnosis_id} ({diag.layer}/{diag.failure_mode}) {diag.statement}" if diag else cand.diagnosis_id
+        starts, trains_from = resume.record(rt, state, starts)
         main_sha = rt.repo.promote(
             cand.branch, subject=f"Promote {cand.branch}: {cand.variable}", body=cand.hypothesis,
             trailers={"Diagnosis": what, "Hypothesis": cand.hypothesis, "Variable": cand.variable,
                       "Expected": cand.expected, "Rollback": cand.rollback,
-                      "Backtest": f"{report.verdict}: {'; '.join(report.reasons)}", "Candidate": cand.sha},
+                      "Backtest": f"{report.verdict}: {'; '.join(report.reasons)}", "Candidate": cand.sha,
+                      **trains_from},
         )
         promotions.append(Promotion(phase=state.phase, branch=cand.branch, sha=cand.sha, main_sha=main_sha,
                                     candidate=cand, failure_mode=diag.failure_mode if diag else "unknown",
                                     statement=diag.statement if diag else "", backtest=report.reasons))
         rt.emit("promoted", phase=state.phase, branch=cand.branch, main_sha=main_sha, variable=cand.variable)
-    return {"promotions": promotions, "held": held}
+    return {"promotions": promotions, "held": held, "starts": starts}
 
 
 def route(state: RunState) -> str:

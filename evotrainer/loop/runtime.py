@@ -41,9 +41,14 @@ class Runtime:
     def emit(self, kind: str, **fields: Any) -> None:
         self.rd.events.emit(kind, **fields)
 
-    def checkpoint_for(self, phase: int) -> str:
-        """What phase ``phase`` starts from: the previous phase's checkpoint, or the base policy."""
-        return str(self.rd.checkpoint(phase - 1)) if phase > 1 else self.base_policy
+    def checkpoint_for(self, phase: int, starts: dict[str, int] | None = None) -> str:
+        """What phase ``phase`` starts from: the previous phase's checkpoint, or the base policy; with ``starts``
+        (the run state's), the earlier checkpoint a promoted repair trains on from."""
+        return self.checkpoint_of((starts or {}).get(str(phase), phase - 1))
+
+    def checkpoint_of(self, phase: int) -> str:
+        """Phase ``phase``'s checkpoint; the starting policy for 0."""
+        return str(self.rd.checkpoint(phase)) if phase > 0 else self.base_policy
 
     def request(self, phase: int, sha: str, steps: int, init: str | None = None, pilot: bool = False
                 ) -> PhaseRequest:

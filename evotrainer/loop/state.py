@@ -46,6 +46,10 @@ class RunState(BaseModel):
     no_effect: dict[str, list[str]] = Field(
         default_factory=dict, description="main sha -> interventions rejected there as 'no effect' (run-level: on "
         "the same main the same edit changes no update again, so the Engineer does not retry it)")
+    starts: dict[str, int] = Field(
+        default_factory=dict, description="phase -> the earlier phase whose checkpoint it trains from instead of the "
+        "previous one (0 = the starting policy): set when a repair is promoted whose trial trained from the best "
+        "earlier checkpoint on the dev split, because the last phase had harmed the policy (loop/escalation.py)")
     trial_lost: dict[str, list[str]] = Field(
         default_factory=dict, description="main sha -> interventions that lost their A/B trial there (run-level: a "
         "retry on the same main is another draw of the same test, and every draw adds to the chance of promoting "

@@ -28,7 +28,8 @@ def step(rt: Runtime, state: RunState) -> dict:
     rt.emit("node_start", node="train", phase=phase, harness_sha=sha)
     steps = rt.cfg.training.steps_per_phase
     with rt.reporter.progress(f"phase {phase}: training at main@{sha[:8]}", steps) as bar:
-        result = rt.trainer.run_phase(rt.request(phase, sha, steps), on_progress=bar,
+        init = rt.checkpoint_for(phase, state.starts)  # the previous phase's, or where a promoted repair resumes
+        result = rt.trainer.run_phase(rt.request(phase, sha, steps, init=init), on_progress=bar,
                                       timeout_s=rt.cfg.trainer.phase_timeout_s)
     rt.emit("node_end", node="train", phase=phase, accuracy=result.eval.accuracy, wall_time_s=result.wall_time_s,
             train=result.train, rollouts=result.rollout_path)
