@@ -109,3 +109,38 @@ def test_a_repair_promoted_after_harm_trains_on_from_there_and_says_so(tmp_path:
     out = promote.step(rt, calm)
     assert out["starts"] == {} and "Trains-From" not in parse_trailers(repo2.message("main"))
     assert not [k for k, _ in events if k == "trains_from"]
+
+
+def _pilots(rt, accuracy: dict[tuple[str, int], float]) -> list[tuple[str, int]]:
+    """A trainer whose pilot at (sha, replicate) scores ``accuracy`` on the probe; the pilots asked, in order."""
+    from evotrainer.trainer.wire import PilotResult
+
+    asked: list[tuple[str, int]] = []
+
+    def run_pilot(req, timeout_s):
+        asked.append((req.sha, req.replicate))
+        return PilotResult(harness_sha=req.sha, steps=1, replicate=req.replicate, rollout_path="", completions=10,
+                           stats={}, probe=dev(accuracy[req.sha, req.replicate]), wall_time_s=0.0)
+
+    rt.request = lambda phase, sha, steps, init=None, pilot=False: _Req(phase=phase, sha=sha, init=init)
+    rt.trainer = SimpleNamespace(run_pilot=run_pilot)
+    return asked
+
+
+def test_a_candidate_without_gain_at_its_first_seed_stops_there_and_main_trains_each_seed_once(tmp_path: Path):
+    from evotrainer.judge.checks import TRIAL
+
+    rt, events, _ = _runtime(tmp_path)
+    main, lost, won = "m" * 40, "l" * 40, "w" * 40
+    asked = _pilots(rt, {(main, 0): 0.30, (main, 1): 0.31, (lost, 0): 0.20, (lost, 1): 0.40,
+                         (won, 0): 0.45, (won, 1): 0.46})
+    testbed = backtest.Testbed(rt, 1, main)
+    cand = SimpleNamespace(sha=lost, branch="candidates/phase-1-1")
+    check = testbed.trial(cand)
+    assert check.name == TRIAL and not check.passed and "futility stop" in check.detail
+    assert asked == [(main, 0), (lost, 0)]  # neither seed 1 was trained
+    check = testbed.trial(SimpleNamespace(sha=won, branch="candidates/phase-1-2"))
+    assert check.passed and "2 seed(s)" in check.detail
+    assert asked[2:] == [(won, 0), (main, 1), (won, 1)]  # main's seed 0 reused, its seed 1 trained when needed
+    trials = [f for k, f in events if k == "trial"]
+    assert [t["seeds"] for t in trials] == [1, 2] and [t["completions"] for t in trials] == [20, 30]
