@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from agents.roles import PhaseEvidence
 from evotrainer.contracts import Diagnosis, MetricEvidence
-from evotrainer.metrics import accuracy_change, rate_evidence, ratio_evidence
+from evotrainer.metrics import accuracy_change, rate_evidence, ratio_evidence, wilson
 from evotrainer.rollouts import groups_of, is_dead
 
 THRESHOLDS = {
@@ -54,6 +54,13 @@ def _kept_dead(group: list[dict]) -> tuple[float, float]:
     return (bool(kept) and is_dead(kept), bool(kept))
 
 
+def _before(result) -> MetricEvidence:
+    """The dev accuracy a regression fell from (an EvalResult), with its Wilson interval: how large the fall is
+    relative to it tells a collapse from a regression (the Engineer's learning-rate moves read it)."""
+    low, high = wilson(result.accuracy * result.n, result.n)
+    return MetricEvidence(name="dev_accuracy_before", value=result.accuracy, low=low, high=high, n=result.n)
+
+
 class HeuristicDiagnostician:
     name = "heuristic"
 
@@ -87,7 +94,8 @@ class HeuristicDiagnostician:
             statement=f"Dev accuracy fell to {cur.accuracy:.1%} from {best.accuracy:.1%} ({where}): "
                       f"{-drop:+.1%}, 95% CI {change['low']:+.1%} to {change['high']:+.1%} ({how}).",
             evidence=[MetricEvidence(name="dev_accuracy_drop", value=drop, low=-change["high"], high=-change["low"],
-                                     n=cur.n, threshold=0.0)],
+                                     n=cur.n, threshold=0.0),
+                      _before(best)],
             severity=min(1.0, 0.5 + drop * 5), confidence=0.9,
         )
 
@@ -106,7 +114,8 @@ class HeuristicDiagnostician:
                       f"to {change['high']:+.1%}) in the first phase trained on {promo.get('branch')} "
                       f"({promo.get('intervention')}).",
             evidence=[MetricEvidence(name="dev_accuracy_drop", value=drop, low=-change["high"], high=-change["low"],
-                                     n=cur.n, threshold=0.0)],
+                                     n=cur.n, threshold=0.0),
+                      _before(prev)],
             severity=min(1.0, 0.5 + drop * 5), confidence=0.9,
         )
 

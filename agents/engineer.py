@@ -56,7 +56,7 @@ class HeuristicEngineer:
                     continue
                 if ctx.escalation and layer_of(intervention.variable) in ctx.avoid_layers:
                     continue  # escalated: a layer not edited during the stall
-                edits = intervention.edit(files, ctx.knobs, {"level_stats": ctx.level_stats})
+                edits = intervention.edit(files, ctx.knobs, {"level_stats": ctx.level_stats, "diagnosis": d})
                 if not edits:
                     continue
                 used.add(intervention.name)

@@ -230,6 +230,20 @@ def _knob(key: str, compute: Callable[[Knobs], float | int | str | None]):
     return edit
 
 
+COLLAPSE = 0.25  # a fall of this share of the best earlier dev accuracy, or more, is a collapse, not a regression
+
+
+def _tenfold_lower(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    """A tenfold lower learning rate, only for a collapse: the diagnosis's dev accuracy drop is at least
+    ``COLLAPSE`` of the accuracy it fell from (a smaller regression gets halving, ``lower_learning_rate``)."""
+    d = ctx.get("diagnosis")
+    seen = {e.name: e.value for e in (d.evidence if d else [])}
+    drop, before = seen.get("dev_accuracy_drop"), seen.get("dev_accuracy_before")
+    if drop is None or not before or drop < COLLAPSE * before:
+        return None
+    return _knob("learning_rate", lambda k: k.learning_rate / 10)(files, knobs, ctx)
+
+
 # Generic interventions. Priorities leave gaps of 10 so a domain's own interventions slot in between them
 # (math: partial_credit_reward 20, format_reward 40, numeric_answer_match 50).
 GENERIC: list[Intervention] = [
@@ -278,10 +292,10 @@ GENERIC: list[Intervention] = [
         "verified_rate", "up", True, "the learning rate halves", "the last phase overshot",
         _knob("learning_rate", lambda k: k.learning_rate / 2)),
     Intervention(
-        "learning_rate_tenfold_lower", 125, ("accuracy_regression",), "harness.yaml:learning_rate", "verified_rate",
-        "up", True, "the learning rate drops tenfold", "a rate that lost accuracy beyond noise within one phase may be "
-        "an order of magnitude too high, where halving it leaves it unstable (learning rates are searched on a log "
-        "scale)", _knob("learning_rate", lambda k: k.learning_rate / 10)),
+        "learning_rate_tenfold_lower", 115, ("accuracy_regression",), "harness.yaml:learning_rate", "verified_rate",
+        "up", True, "the learning rate drops tenfold", "a phase that lost a large share of dev accuracy (a collapse, "
+        f"{COLLAPSE:.0%} or more of the best earlier accuracy) overshot by far more than a factor of two; halving "
+        "would leave it unstable for another phase (learning rates are searched on a log scale)", _tenfold_lower),
 ]
 
 

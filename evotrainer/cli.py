@@ -1,6 +1,6 @@
 """The ``evotrainer`` command line.
 
-    evotrainer demo [RUN_DIR] [--phases 3]      init (if needed) and run the embedded demo
+    evotrainer demo [RUN_DIR] [--phases 3] [--fault NAME|none]   the embedded demo: a planted defect, evolved and not
     evotrainer init RUN_DIR [--domain math] [--config FILE] [--set key=value ...] [--fault NAME]
     evotrainer run RUN_DIR [--phases N]         start, resume after a kill, or extend a finished run
     evotrainer status RUN_DIR [--json]          state, phase reached, held-out accuracy per phase
@@ -143,17 +143,38 @@ def approve(run_dir: Path, revise: Optional[str] = typer.Option(None, help="send
 
 @app.command()
 def demo(run_dir: Path = typer.Argument(Path("runs/demo")), phases: int = typer.Option(3),
+         fault: str = typer.Option(None, help="the catalogue defect planted in the seed harness (harness_repo/faults/; "
+                                   "default: divergence), or none for the clean seed"),
          set_: list[str] = typer.Option([], "--set", help="override a config key")):
-    """The embedded demo: init RUN_DIR if it does not exist, then run it."""
+    """The embedded demo: a seed harness with one catalogue defect, evolved in RUN_DIR and left alone in
+    RUN_DIR-static; prints both held-out accuracies (init each run if it does not exist)."""
     import time
 
+    from evotrainer import demo as demo_mod
+
     t0 = time.time()
-    rd = RunDir(run_dir)
-    if not rd.exists():
-        init(run_dir, domain="math", config=None, set_=[f"phases={phases}", *set_], fault=None)
-    run(run_dir, phases=phases)
+    fault = demo_mod.DEFAULT_FAULT if fault is None else fault
+    planted = fault.lower() != "none"
+    if planted:
+        try:
+            console.print(f"[bold]This demo plants a defect in the seed harness: {fault}.[/bold] "
+                          f"{demo_mod.what_is_wrong(fault)} The agents are not told; they see the rollouts. "
+                          f"Without the defect: evotrainer demo --fault none.", highlight=False)
+        except ValueError as err:
+            _fail(str(err))
+    runs = [(run_dir, [])] + ([(demo_mod.static_dir(run_dir), ["evolution.mode=static"])] if planted else [])
+    for i, (root, extra) in enumerate(runs):
+        if i:
+            console.rule(f"the same faulty seed, its harness never edited: {root}")
+        if not RunDir(root).exists():
+            init(root, domain="math", config=None, set_=[f"phases={phases}", *set_, *extra],
+                 fault=fault if planted else None)
+        run(root, phases=phases)
+    if planted:
+        for line in demo_mod.summary_lines(run_dir, fault):
+            console.print(line, highlight=False)
     console.print(f"demo finished in {time.time() - t0:.0f} s. Inspect it: evotrainer log {run_dir}; "
-                  f"git -C {run_dir}/harness log --notes=backtest")
+                  f"git -C {run_dir}/harness log --notes=backtest; {run_dir}/report.html")
 
 
 def _print_status(rd: RunDir) -> None:

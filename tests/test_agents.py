@@ -151,7 +151,13 @@ def test_engineer_commits_one_single_variable_candidate_per_diagnosis(repo):
 @pytest.mark.parametrize("intervention", for_domain("math"), ids=lambda i: i.name)
 def test_every_playbook_edit_keeps_the_harness_tests_passing(intervention, repo, tmp_path):
     files = {name: repo.show_file("main", name) for name in HARNESS_FILES}
-    edits = intervention.edit(files, read_knobs(repo.path), {"level_stats": level_history(dead_rows())})
+    from evotrainer.contracts import MetricEvidence
+
+    collapse = Diagnosis(id="d1-1", layer="score", failure_mode="accuracy_regression", statement="fell", severity=1,
+                         confidence=0.9, evidence=[MetricEvidence(name=name, value=v, low=v, high=v, n=300)
+                                                   for name, v in (("dev_accuracy_drop", 0.3), ("dev_accuracy_before", 0.4))])
+    edits = intervention.edit(files, read_knobs(repo.path), {"level_stats": level_history(dead_rows()),
+                                                             "diagnosis": collapse})
     assert edits, f"{intervention.name} made no edit to the seed harness"
     dest = repo.export("main", tmp_path / "edited")
     for name, text in edits.items():
@@ -209,3 +215,26 @@ def test_reweighting_a_curriculum_gives_a_level_it_never_sampled_a_weight(repo):
     weights = yaml.safe_load(edited["harness.yaml"])["curriculum_weights"]
     assert {lv: weights[lv] for lv in ("1", "2", "4")} == {"1": 1.0, "2": 1.0, "4": 1.0}
     assert 0 < weights["3"] < 1.0  # the sampled level, weighted by its share of groups with spread
+
+
+def test_a_collapse_gets_a_tenfold_lower_learning_rate_and_a_regression_a_halving(repo):
+    # the same Diagnostician rule; what the Engineer does follows the size of the fall relative to where it fell from
+    def proposed(accuracies):
+        ev = _evidence(rollouts([[("7", True), ("1", False)] * 4 for _ in range(8)]), repo, accuracies)
+        ds = [d for d in HeuristicDiagnostician().diagnose(ev) if d.failure_mode == "accuracy_regression"]
+        assert ds, accuracies
+        ds[0].status = "confirmed"
+        ctx = EngineerContext(phase=len(accuracies), round=1, repo=repo, base_sha=repo.sha("main"), knobs=ev.knobs,
+                              domain="math", pilot=True)
+        return [(c.intervention, read_knobs_at(repo, c.sha).learning_rate) for c in
+                HeuristicEngineer().propose(ds[:1], ctx, {})]
+
+    def read_knobs_at(repo, sha):
+        from evotrainer.harness.knobs import Knobs
+        import yaml
+
+        return Knobs(**yaml.safe_load(repo.show_file(sha, "harness.yaml")))
+
+    lr = read_knobs(repo.path).learning_rate
+    assert proposed((0.40, 0.05)) == [("learning_rate_tenfold_lower", pytest.approx(lr / 10))]  # fell by 88%
+    assert proposed((0.45, 0.35)) == [("lower_learning_rate", pytest.approx(lr / 2))]  # fell by 22%
