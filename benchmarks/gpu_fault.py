@@ -1,0 +1,129 @@
+"""A defect native to instruct models, on SmolLM2-135M-Instruct: does the loop repair it? (issue 27, item 5; needs a GPU.)
+
+    python benchmarks/gpu_fault.py --out runs/gpu_fault                     # CUDA: 2 seeds x static/evotrainer/oracle
+    python benchmarks/gpu_fault.py --out /tmp/gf --device cpu --seeds 0 --phases 1 --steps 2 --prompts 4 \
+        --set training.eval_size=20 --set training.dev_size=40 --set backtest.probe_size=40      # CPU smoke test
+
+The defect: the chat seed harness (``harness_repo/math_chat``) with a reward that credits only a bare integer on the
+first line. SmolLM2-135M-Instruct mostly answers "37 - 5 + 8 = 40" or "The answer is 40.", which the evaluator's
+verifier accepts, so most right answers earn nothing: the reward disagrees with the verifier (right but unrewarded)
+and training pushes the policy toward a format, not toward arithmetic. The oracle is the chat seed itself.
+
+Arms, each on the bench seeds given (the same seed, tasks and training streams for all three):
+
+    static      the faulty harness, never edited
+    evotrainer  the loop from the faulty harness (built-in agents)
+    oracle      the clean chat seed, never edited
+
+The policy is SmolLM2-135M-Instruct from the ``llm`` extra's GGUF (``evotrainer policy import``: nothing is
+downloaded), or ``--model PATH`` (any transformers folder with a chat template). Prints per arm the held-out accuracy
+per seed and minus static, paired per item and seed with a 95% interval, and recovery = (evotrainer - static) /
+(oracle - static); ``--out``/gpu_fault.json holds the figures. The device machines lack TRL, LangGraph and Chroma:
+carry their wheels (and this repository's own dependencies) and install them first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# the faulty reward: only a bare integer on the first line counts (the seed's own _answer also reads "= 40" and
+# "answer is 40" at the end of the line)
+FAULTY_ANSWER = '''def _answer(completion: str) -> str | None:
+    line = completion.split("\\n", 1)[0].strip()
+    return line if _ALONE.fullmatch(line) else None
+'''
+
+
+def faulty_harness(dest: Path) -> Path:
+    """The chat seed harness with the bare-integer reward, in ``dest`` (its own tests adjusted to the defect, as a
+    user's flawed harness would pass its own tests)."""
+    from evotrainer.harness.repo import seed_dir
+    from agents.playbook import replace_function
+
+    src = seed_dir("math", "math_chat")
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    rewards = dest / "rewards.py"
+    text = rewards.read_text()
+    faulty = replace_function(text, "_answer", FAULTY_ANSWER)
+    if faulty == text:
+        raise SystemExit(f"{src}/rewards.py has no _answer to replace: update this script")
+    rewards.write_text(faulty)
+    tests = dest / "tests"
+    shutil.rmtree(tests, ignore_errors=True)  # the seed's tests check the lenient format the defect drops
+    tests.mkdir()
+    (tests / "test_harness.py").write_text(
+        "from rewards import correct\n\n\n"
+        "def test_a_bare_right_answer_earns_one():\n"
+        "    assert correct({'completion': '40', 'task': {'answer': '40'}}) == 1.0\n\n\n"
+        "def test_a_wrong_answer_earns_nothing():\n"
+        "    assert correct({'completion': '41', 'task': {'answer': '40'}}) == 0.0\n")
+    return dest
+
+
+def smollm2(folder: Path) -> Path:
+    """SmolLM2-135M-Instruct as a transformers folder, imported once from the llm extra's GGUF."""
+    if not (folder / "config.json").exists():
+        from evotrainer.policy.gguf import import_gguf, smollm2_gguf
+
+        import_gguf(smollm2_gguf(), folder, log=print)
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("runs/gpu_fault"))
+    ap.add_argument("--model", type=Path, default=None, help="a transformers folder (default: SmolLM2 from the llm extra)")
+    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--phases", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=60, help="GRPO steps per phase")
+    ap.add_argument("--prompts", type=int, default=32, help="prompts per step")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="a config override for every arm")
+    a = ap.parse_args(argv)
+
+    from evotrainer.bench.arms import check_seeds
+    from evotrainer.bench.runner import arm_config, interval_text, train_runs
+    from evotrainer.console import Reporter
+    from evotrainer.metrics import paired_gain
+
+    seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
+    check_seeds(seeds)
+    a.out.mkdir(parents=True, exist_ok=True)
+    model = (a.model or smollm2(a.out / "smollm2")).resolve()
+    faulty = faulty_harness(a.out / "faulty_harness").resolve()
+    common = [f"policy.model={model}", f"policy.device={a.device}", f"training.steps_per_phase={a.steps}",
+              f"training.prompts_per_step={a.prompts}", *a.overrides]
+    arms = {"static": ("static", [f"harness={faulty}"]), "evotrainer": ("evotrainer", [f"harness={faulty}"]),
+            "oracle": ("static", ["harness=math_chat"])}
+    planned = {a.out / f"{arm}-seed{seed}": (f"{arm}, seed {seed}",
+                                             arm_config(base, seed, a.phases, None, [*common, *extra],
+                                                        name=f"gpu-fault-{arm}-seed{seed}"))
+               for arm, (base, extra) in arms.items() for seed in seeds}
+    outcomes = train_runs(planned, a.phases, Reporter())
+    final = {(arm, seed): outcomes[a.out / f"{arm}-seed{seed}"]["final"] for arm in arms for seed in seeds}
+    summary: dict = {"model": str(model), "device": a.device, "seeds": seeds, "phases": a.phases, "steps": a.steps,
+                     "arms": {}}
+    for arm in arms:
+        pairs = [(final["static", s].items, final[arm, s].items) for s in seeds]
+        summary["arms"][arm] = {"accuracy": {s: final[arm, s].accuracy for s in seeds},
+                                "minus_static": None if arm == "static" else paired_gain(pairs)}
+        acc = ", ".join(f"seed {s}: {final[arm, s].accuracy:.1%}" for s in seeds)
+        print(f"{arm:11s} {acc}; minus static {interval_text(summary['arms'][arm]['minus_static'])}")
+    gain, gap = summary["arms"]["evotrainer"]["minus_static"]["diff"], summary["arms"]["oracle"]["minus_static"]
+    summary["recovery"] = gain / gap["diff"] if gap["low"] > 0 else None
+    print("recovery: " + (f"{summary['recovery']:.0%}" if summary["recovery"] is not None else
+                          "none (oracle - static does not clear 0)"))
+    (a.out / "gpu_fault.json").write_text(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
