@@ -68,12 +68,12 @@ def test_trials_start_from_the_best_earlier_checkpoint_after_harm(tmp_path: Path
     start, change = resume.trial_start(rt, harmed)
     assert start == 1 and change["high"] < 0
     testbed = backtest.Testbed(rt, 2, "m" * 40, start)
-    testbed._arm("m" * 40)
-    testbed._arm("c" * 40)
+    testbed._pilot("m" * 40, 0)
+    testbed._pilot("c" * 40, 1)
     assert {r.init for r in asked} == {rt.checkpoint_of(1)} and {r.phase for r in asked} == {3}  # both arms, paired
     healthy = RunState(phase=2, results=[result(1, 0.30), result(2, 0.31)])
     assert resume.trial_start(rt, healthy) == (2, None)
-    backtest.Testbed(rt, 2, "m" * 40)._arm("m" * 40)
+    backtest.Testbed(rt, 2, "m" * 40)._pilot("m" * 40, 0)
     assert asked[-1].init == str(tmp_path / "checkpoints/phase-0002")  # this phase's own checkpoint
     off, _, _ = _runtime(tmp_path, trial_steps=0)
     assert resume.trial_start(off, harmed) == (2, None)  # no trial would judge a repair from there

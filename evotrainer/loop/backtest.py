@@ -49,10 +49,6 @@ class Testbed:
         req = req.model_copy(update={"replicate": replicate, "probe_size": b.probe_size})
         return rt.trainer.run_pilot(req, timeout_s=rt.cfg.trainer.phase_timeout_s)
 
-    def _arm(self, sha: str) -> list[PilotResult]:
-        """One trial arm: ``trial_seeds`` pilots at ``sha``."""
-        return [self._pilot(sha, r) for r in range(self.rt.cfg.backtest.trial_seeds)]
-
     def trial(self, candidate: Candidate) -> Check:
         """The A/B decision (``backtest.trial_verdict``: attempts made while training reject first), seed by seed.
 
