@@ -212,3 +212,29 @@ def test_dynamic_sampling_is_one_variable_and_its_refill_cut_is_not_a_dropped_si
     assert sorted(only) == ["harness.yaml"]
     # and on a main that has dynamic sampling, dropping those groups again is nothing to propose
     assert find("math", "drop_zero_variance_groups").edit({**files, **edits}, read_knobs(repo.path), {}) is None
+
+
+def test_a_curriculum_edit_that_brings_back_levels_the_rollouts_never_held_is_not_no_effect(repo, rows):
+    """Main samples only level 4, so the retained rollouts hold level 4 alone. An edit that gives levels 1-3 weight
+    again changes what training samples (the RL pool has every level), though no retained rollout trains otherwise:
+    it must reach its trial, not be rejected as "no effect"."""
+    from agents.playbook import set_yaml_entry
+    from evotrainer.rollouts import level_history
+    from tests.conftest import task
+
+    text = repo.show_file("main", "harness.yaml")
+    for level in "123":
+        text = set_yaml_entry(text, "curriculum_weights", level, "0.0")
+    repo.commit_candidate("candidates/phase-0-1", repo.sha("main"), {"harness.yaml": text}, "starve", "b", {})
+    repo.promote("candidates/phase-0-1", "Promote", "h", {})
+    only4 = [dict(r, difficulty="4", task_id=f"train-4-{r['group_id']}") for r in rows]
+    tasks = {r["task_id"]: task(0, "4") | {"id": r["task_id"]} for r in only4}
+    tasks.update({f"train-{lv}-{i}": task(i, lv) for lv in "123" for i in range(3)})  # the pool holds every level
+    edits = find("math", "reweight_curriculum").edit({"harness.yaml": repo.show_file("main", "harness.yaml")},
+                                                     repo.knobs("main"),
+                                                     {"level_stats": level_history(only4)})
+    cand = _commit(repo, edits, "harness.yaml:curriculum_weights", "dead_group_ratio", "down", "reweight_curriculum")
+    report = run_backtest(repo, cand, only4, tasks, main_sha=repo.sha("main"), settings=SETTINGS, sandbox=SANDBOX,
+                          hide=[])
+    effect = next(c for c in report.checks if c.name == "effect")
+    assert effect.passed and "curriculum's mix" in effect.detail, effect

@@ -72,7 +72,9 @@ def replay(worker: HarnessWorker, harness_dir: Path, rollouts: list[dict], tasks
             r["trained"] = trains(keep, masked(r["truncated"], knobs))
             if not r["trained"]:
                 r["advantage"] = 0.0
-    levels = sorted({r["difficulty"] for r in rows})
+    # the levels training samples from (the RL pool's, which ``tasks`` holds), not only those the retained rollouts
+    # hold: a curriculum that never sampled a level must still show a change of mix when an edit brings it back
+    levels = sorted({str(t["difficulty"]) for t in tasks.values()} | {r["difficulty"] for r in rows})
     weights = worker.curriculum(levels, knobs.curriculum_weights, level_history(rollouts))
     total_w = sum(weights.get(lv, 0.0) for lv in levels) or 1.0
     mix = {lv: weights.get(lv, 0.0) / total_w for lv in levels}
@@ -141,14 +143,27 @@ METRICS: dict[str, Callable[[list[dict]], float]] = {
 }
 
 
-def mixed(rows: list[dict], stat: Callable[[list[dict]], float], mix: dict[str, float] | None) -> float:
-    """``stat`` over rows, re-weighting difficulty levels to ``mix`` (None = the rows' own mix)."""
+def present_weights(mix: dict[str, float] | None, present) -> dict[str, float] | None:
+    """``mix`` restricted to the levels ``present`` in the rows and renormalised: a level the rows do not hold cannot
+    be replayed, so its weight is left out rather than counted as zero. None when ``mix`` is None or weighs none of
+    them (then the rows' own mix stands)."""
     if mix is None:
-        return stat(rows)
+        return None
+    weights = {lv: mix.get(lv, 0.0) for lv in present}
+    total = sum(weights.values())
+    return {lv: w / total for lv, w in weights.items()} if total > 0 else None
+
+
+def mixed(rows: list[dict], stat: Callable[[list[dict]], float], mix: dict[str, float] | None) -> float:
+    """``stat`` over rows, re-weighting difficulty levels to ``mix`` (None = the rows' own mix;
+    :func:`present_weights`)."""
     by_level: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_level[r["difficulty"]].append(r)
-    return sum(mix.get(lv, 0.0) * stat(rs) for lv, rs in by_level.items())
+    weights = present_weights(mix, by_level)
+    if weights is None:
+        return stat(rows)
+    return sum(weights[lv] * stat(rs) for lv, rs in by_level.items())
 
 
 def noise_floor(rows: list[dict], metric: str, mix: dict[str, float] | None, resamples: int, seed: int = 0) -> float:
@@ -165,12 +180,13 @@ def noise_floor(rows: list[dict], metric: str, mix: dict[str, float] | None, res
         return 0.0
 
     def figure(sample: list[tuple[str, float, float]]) -> float:
-        if mix is None:
-            return ratio(((a, b) for _, a, b in sample), empty)
         by_level: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for level, a, b in sample:
             by_level[level].append((a, b))
-        return sum(mix.get(level, 0.0) * ratio(ps, empty) for level, ps in by_level.items())
+        weights = present_weights(mix, by_level)
+        if weights is None:
+            return ratio(((a, b) for _, a, b in sample), empty)
+        return sum(weights[level] * ratio(ps, empty) for level, ps in by_level.items())
 
     rng = random.Random(seed)
     return 1.96 * stdev([figure(rng.choices(parts, k=len(parts))) for _ in range(resamples)])
