@@ -49,7 +49,7 @@ def test_the_realized_effect_decides_rollback_and_the_skill_s_win(tmp_path: Path
         after = _result(2, merged, _eval(with_edit))
         asked = []
 
-        def pairs(rt_, promo_, after_):
+        def pairs(rt_, promo_, after_, starts_=None):
             asked.append((promo_.branch, after_.phase))
             return [(_eval(without), after_.eval)]  # (the old main from the same checkpoint, the phase itself)
 
