@@ -99,6 +99,7 @@ def test_a_repair_promoted_after_harm_trains_on_from_there_and_says_so(tmp_path:
     assert "phase 2 trains from the starting policy" in trailer
     assert f"dev accuracy at {state.results[0].dev.accuracy:.1%}" in trailer and "points below it" in trailer
     assert [f["start"] for k, f in events if k == "trains_from"] == [0] and any("starting policy" in s for s in said)
+    assert [k for k, _ in events if k in ("promoted", "trains_from")] == ["promoted", "trains_from"]  # once merged
 
     events.clear()
     calm = RunState(phase=1, results=[result(1, 0.30)], candidates=[cand], reports=[report])

@@ -75,18 +75,19 @@ def step(rt: Runtime, state: RunState) -> dict:
         cand = candidates[report.branch]
         diag = next((d for d in state.diagnoses if d.id == cand.diagnosis_id), None)
         what = f"{cand.diagnosis_id} ({diag.layer}/{diag.failure_mode}) {diag.statement}" if diag else cand.diagnosis_id
-        starts, trains_from = resume.record(rt, state, starts)
+        moved = resume.plan(rt, state)  # where the next phase trains from, said in the merge commit
         main_sha = rt.repo.promote(
             cand.branch, subject=f"Promote {cand.branch}: {cand.variable}", body=cand.hypothesis,
             trailers={"Diagnosis": what, "Hypothesis": cand.hypothesis, "Variable": cand.variable,
                       "Expected": cand.expected, "Rollback": cand.rollback,
                       "Backtest": f"{report.verdict}: {'; '.join(report.reasons)}", "Candidate": cand.sha,
-                      **trains_from},
+                      **({"Trains-From": moved["why"]} if moved else {})},
         )
         promotions.append(Promotion(phase=state.phase, branch=cand.branch, sha=cand.sha, main_sha=main_sha,
                                     candidate=cand, failure_mode=diag.failure_mode if diag else "unknown",
                                     statement=diag.statement if diag else "", backtest=report.reasons))
         rt.emit("promoted", phase=state.phase, branch=cand.branch, main_sha=main_sha, variable=cand.variable)
+        starts = resume.record(rt, state, starts, moved)  # announced once the merge is made
     return {"promotions": promotions, "held": held, "starts": starts}
 
 

@@ -5,7 +5,7 @@ loop sees it. A repair judged from the harmed checkpoint must undo that damage w
 main, and the next phase would train on from the damage anyway. When the last phase left the policy's dev accuracy
 below an earlier checkpoint's beyond noise (:func:`harmed`; the starting policy counts as checkpoint 0), the round's
 trials start from that best earlier checkpoint, main's arm too, so the comparison stays paired; a repair promoted
-there trains on from it (:func:`record`: ``RunState.starts``, the ``trains_from`` event, a ``Trains-From`` trailer on
+there trains on from it (:func:`plan`, then :func:`record` once merged: ``RunState.starts``, the ``trains_from`` event, a ``Trains-From`` trailer on
 the promotion's merge commit, and a line on the console). Without a promotion nothing moves: the same harness from
 an earlier checkpoint would only repeat the damage. Decisions read the dev split only.
 
@@ -59,19 +59,27 @@ def trial_start(rt: Runtime, state: RunState) -> tuple[int, dict | None]:
     return (state.phase, None) if fell is None else fell
 
 
-def record(rt: Runtime, state: RunState, starts: dict[str, int]) -> tuple[dict[str, int], dict[str, str]]:
-    """After a promotion in a round whose trials started from an earlier checkpoint: (the run's ``starts`` with the
-    next phase training from it, the trailer for the promotion's commit). Emits ``trains_from`` and says it on the
-    console; the starts unchanged and no trailer otherwise."""
+def plan(rt: Runtime, state: RunState) -> dict | None:
+    """Where the next phase trains from when this round's promotion lands, if not this phase's checkpoint: the
+    round's trials started from an earlier one (:func:`trial_start`). ``{"start", "why", "change", "dev_accuracy"}``,
+    ``why`` being the promotion commit's ``Trains-From`` trailer; None otherwise. Pure: :func:`record` says it."""
     start, change = trial_start(rt, state)
     if start == state.phase:
-        return starts, {}
+        return None
     was, now = change["change"], state.results[-1].dev.accuracy
     where = "the starting policy" if start == 0 else f"phase {start}'s checkpoint"
     why = (f"phase {state.phase + 1} trains from {where}: phase {state.phase} left dev accuracy at {now:.1%}, "
            f"{-was * 100:.1f} points below it (interval of the change {change['low']:+.1%} to {change['high']:+.1%}, "
            "widened for choosing the best checkpoint), and the repair won its trial from there")
-    rt.emit("trains_from", phase=state.phase, next_phase=state.phase + 1, start=start, dev_accuracy=now,
-            change=change)
-    rt.reporter.info(f"policy: {why}")
-    return {**starts, str(state.phase + 1): start}, {"Trains-From": why}
+    return {"start": start, "why": why, "change": change, "dev_accuracy": now}
+
+
+def record(rt: Runtime, state: RunState, starts: dict[str, int], moved: dict | None) -> dict[str, int]:
+    """After the promotion merged: the run's ``starts`` with the next phase training from ``moved``'s checkpoint
+    (:func:`plan`), the ``trains_from`` event and a console line; ``starts`` unchanged when ``moved`` is None."""
+    if moved is None:
+        return starts
+    rt.emit("trains_from", phase=state.phase, next_phase=state.phase + 1, start=moved["start"],
+            dev_accuracy=moved["dev_accuracy"], change=moved["change"])
+    rt.reporter.info(f"policy: {moved['why']}")
+    return {**starts, str(state.phase + 1): moved["start"]}
