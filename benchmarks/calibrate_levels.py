@@ -56,7 +56,8 @@ def calibrate(seed: int, overrides: list[str], n_tasks: int, group: int, log=pri
     train, held_out = splits["rl"], splits["held_out"]
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        path = ensure_base_policy(cfg, Path(tmp), splits["warmup"], domain.canonical_prompt, log=log)
+        path = ensure_base_policy(cfg, Path(tmp), splits["warmup"], domain.canonical_prompt, log=log,
+                                  near_miss=domain.near_miss)
         build_s = time.time() - t0
         warmup = json.loads((Path(path) / "warmup.json").read_text())
         model, tokenizer, _ = load_policy(path, "cpu", "float32", False, 0)

@@ -56,7 +56,13 @@ class TinyPolicyConfig(_Section):
     warmup_lr: float = Field(3e-3, gt=0, description="learning rate of the supervised warm-up")
     warmup_target_accuracy: float = Field(
         0.35, ge=0, le=1, description="stop the warm-up once accuracy on a probe of unseen warm-up tasks "
-        "reaches this (it tracks held-out accuracy)"
+        "reaches this (it tracks held-out accuracy; with warmup_slip, the near miss counts as competent)"
+    )
+    warmup_slip: float = Field(
+        0.0, ge=0, lt=1, description="share of the warm-up's presentations whose label is the domain's near miss "
+        "(math: the last operator's sign flipped) instead of the right answer: the policy learns a common slip "
+        "beside the right answer, as pretrained models do, so its samples hold the right answer more often than "
+        "its greedy choice and RL has something to sharpen; 0 = right answers only"
     )
 
 

@@ -52,6 +52,11 @@ class Domain(ABC):
     def verify(self, task: Task, completion: str) -> bool:
         """Ground truth: does the completion answer the task correctly?"""
 
+    def near_miss(self, task: Task) -> str | None:
+        """A common wrong answer to the task (a slip a learner makes), or None when the domain names none. Only the
+        tiny policy's warm-up uses it (``policy.tiny.warmup_slip``); never the verifier."""
+        return None
+
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))

@@ -74,8 +74,8 @@ def build_model(cfg: TinyPolicyConfig, vocab_size: int, seed: int):
     return Qwen2ForCausalLM(config)
 
 
-def greedy_accuracy(model, tokenizer, prompts: list[str], answers: list[str], max_new_tokens: int = 8) -> float:
-    """Share of prompts whose greedy completion (first line, stripped) equals the answer."""
+def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int = 8) -> list[str]:
+    """Each prompt's greedy completion, its first line stripped."""
     import torch
 
     model.eval()
@@ -87,21 +87,28 @@ def greedy_accuracy(model, tokenizer, prompts: list[str], answers: list[str], ma
         )
     texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     model.train()
-    return sum(t.split("\n", 1)[0].strip() == a for t, a in zip(texts, answers)) / max(len(answers), 1)
+    return [t.split("\n", 1)[0].strip() for t in texts]
 
 
-def warm_up(model, tokenizer, examples: list[tuple[str, str]], cfg: TinyPolicyConfig, seed: int, log=print,
+Example = tuple[str, str, str | None]  # prompt, right answer, the domain's near miss (None: it has none)
+
+
+def warm_up(model, tokenizer, examples: list[Example], cfg: TinyPolicyConfig, seed: int, log=print,
             tick=lambda step, total: None) -> dict:
-    """Supervised warm-up on (prompt, answer) pairs until a held-back probe reaches the target accuracy.
+    """Supervised warm-up on (prompt, answer, near miss) until a held-back probe reaches the target accuracy.
 
-    The probe's prompts never occur in what the warm-up trains on (the pool repeats easy sums), so its accuracy
-    is that on unseen tasks, a fair estimate of the held-out accuracy RL will start from.
+    Each time an example is presented, its label is the near miss with probability ``cfg.warmup_slip`` (when it has
+    one), else the right answer: the policy learns a common slip beside the right answer, so its samples hold the
+    right answer more often than its greedy choice does, and RL has something to sharpen. The probe's prompts never
+    occur in what the warm-up trains on (the pool repeats easy sums), so its accuracy is that on unseen tasks; it
+    counts a greedy answer as competent when it is the right answer or the near miss (with ``warmup_slip`` 0 the
+    near miss is never taught, and competent is right).
     """
     import torch
 
     rng = random.Random(seed)
     probe = examples[:200]
-    probed = {prompt for prompt, _ in probe}
+    probed = {prompt for prompt, _, _ in probe}
     train = [e for e in examples[200:] if e[0] not in probed]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.warmup_lr)
     # linear ramp over 50 steps, then cosine decay to a tenth: the late, small steps steady the probe accuracy
@@ -111,14 +118,22 @@ def warm_up(model, tokenizer, examples: list[tuple[str, str]], cfg: TinyPolicyCo
     eos = tokenizer.eos_token_id
     model.train()
     t0 = time.time()
-    acc = greedy_accuracy(model, tokenizer, [p for p, _ in probe], [a for _, a in probe])
+
+    def score() -> tuple[float, float]:
+        said = greedy_answers(model, tokenizer, [p for p, _, _ in probe])
+        right = sum(g == a for g, (_, a, _) in zip(said, probe))
+        slipped = sum(cfg.warmup_slip > 0 and m is not None and g == m != a for g, (_, a, m) in zip(said, probe))
+        return (right + slipped) / len(probe), right / len(probe)
+
+    competent, right = score()
     step = 0
     for step in range(1, cfg.warmup_steps + 1):
         batch = rng.sample(train, min(cfg.warmup_batch_size, len(train)))
         ids, starts = [], []
-        for prompt, answer in batch:
+        for prompt, answer, miss in batch:
+            label = miss if miss is not None and rng.random() < cfg.warmup_slip else answer
             p = tokenizer(prompt)["input_ids"]
-            ids.append(p + tokenizer(answer)["input_ids"] + [eos])
+            ids.append(p + tokenizer(label)["input_ids"] + [eos])
             starts.append(len(p))
         width = max(map(len, ids))
         x = torch.zeros(len(ids), width, dtype=torch.long)
@@ -135,19 +150,20 @@ def warm_up(model, tokenizer, examples: list[tuple[str, str]], cfg: TinyPolicyCo
         opt.zero_grad()
         tick(step, cfg.warmup_steps)
         if step % 50 == 0:
-            acc = greedy_accuracy(model, tokenizer, [p for p, _ in probe], [a for _, a in probe])
+            competent, right = score()
             if step % 200 == 0:
-                log(f"warm-up step {step}: loss {loss.item():.3f}, probe accuracy {acc:.1%}")
-            if acc >= cfg.warmup_target_accuracy:
+                log(f"warm-up step {step}: loss {loss.item():.3f}, probe accuracy {right:.1%}"
+                    + (f" (right or the near miss: {competent:.1%})" if cfg.warmup_slip else ""))
+            if competent >= cfg.warmup_target_accuracy:
                 break
     model.eval()
-    return {"steps": step, "probe_accuracy": acc, "seconds": round(time.time() - t0, 1)}
+    return {"steps": step, "probe_accuracy": right, "probe_competent": competent, "seconds": round(time.time() - t0, 1)}
 
 
 def _cache_key(cfg: Config, warmup_tasks: list[dict]) -> str:
     blob = json.dumps(
         {"tiny": cfg.policy.tiny.model_dump(), "seed": cfg.seed, "domain": cfg.domain,
-         "tasks": hashlib.sha256(json.dumps(warmup_tasks, sort_keys=True).encode()).hexdigest(), "v": 4},
+         "tasks": hashlib.sha256(json.dumps(warmup_tasks, sort_keys=True).encode()).hexdigest(), "v": 5},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -173,8 +189,11 @@ def resolve_model(model: str) -> str:
 
 
 def ensure_base_policy(cfg: Config, run_dir: Path, warmup_tasks: list[dict], canonical_prompt, log=print,
-                       progress=None) -> str:
+                       progress=None, near_miss=lambda task: None) -> str:
     """Return what the first phase starts from: a model id/path, or ``RUN_DIR/policy/base`` for the tiny policy.
+
+    ``near_miss(task)`` is the domain's common wrong answer to a task (``Domain.near_miss``), taught in a share
+    ``policy.tiny.warmup_slip`` of the warm-up's presentations.
 
     ``progress(label, total)``, when given, is a context manager yielding ``update(step=, total=)`` (a bar).
     """
@@ -198,7 +217,7 @@ def ensure_base_policy(cfg: Config, run_dir: Path, warmup_tasks: list[dict], can
         rng = random.Random(cfg.seed)
         tasks = list(warmup_tasks)
         rng.shuffle(tasks)
-        examples = [(canonical_prompt(t), t["answer"]) for t in tasks]
+        examples = [(canonical_prompt(t), t["answer"], near_miss(t)) for t in tasks]
         bar = progress("warming up the tiny policy", cfg.policy.tiny.warmup_steps) if progress else \
             contextlib.nullcontext(lambda **_: None)
         with bar as update:

@@ -168,3 +168,8 @@ class MathDomain(Domain):
     def verify(self, task: Task, completion: str) -> bool:
         answer = self.extract_answer(completion)
         return answer is not None and int(answer) == int(task["answer"])
+
+    def near_miss(self, task: Task) -> str | None:
+        """The value with the last operator's sign flipped (a sign slip): ``37 - 5 + 8`` -> 24."""
+        *head, op, last = task["expression"].split(" ")
+        return str(int(task["answer"]) + (-2 if op == "+" else 2) * int(last))
