@@ -93,6 +93,12 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int = 8
 Example = tuple[str, str, str | None]  # prompt, right answer, the domain's near miss (None: it has none)
 
 
+def warmup_label(answer: str, miss: str | None, slip: float, rng: random.Random) -> str:
+    """What one presentation of an example teaches: the near miss with probability ``slip`` (when there is one),
+    else the right answer. At ``slip`` 0 it draws nothing, so a policy built before the knob is rebuilt identically."""
+    return miss if slip and miss is not None and rng.random() < slip else answer
+
+
 def warm_up(model, tokenizer, examples: list[Example], cfg: TinyPolicyConfig, seed: int, log=print,
             tick=lambda step, total: None) -> dict:
     """Supervised warm-up on (prompt, answer, near miss) until a held-back probe reaches the target accuracy.
@@ -131,7 +137,7 @@ def warm_up(model, tokenizer, examples: list[Example], cfg: TinyPolicyConfig, se
         batch = rng.sample(train, min(cfg.warmup_batch_size, len(train)))
         ids, starts = [], []
         for prompt, answer, miss in batch:
-            label = miss if miss is not None and rng.random() < cfg.warmup_slip else answer
+            label = warmup_label(answer, miss, cfg.warmup_slip, rng)
             p = tokenizer(prompt)["input_ids"]
             ids.append(p + tokenizer(label)["input_ids"] + [eos])
             starts.append(len(p))
@@ -160,10 +166,12 @@ def warm_up(model, tokenizer, examples: list[Example], cfg: TinyPolicyConfig, se
     return {"steps": step, "probe_accuracy": right, "probe_competent": competent, "seconds": round(time.time() - t0, 1)}
 
 
-def _cache_key(cfg: Config, warmup_tasks: list[dict]) -> str:
+def _cache_key(cfg: Config, warmup_tasks: list[dict], near_miss=lambda task: None) -> str:
+    """The cached policy's name: its settings, seed and what its warm-up teaches (tasks and near misses)."""
+    taught = [(t, near_miss(t)) if cfg.policy.tiny.warmup_slip else t for t in warmup_tasks]
     blob = json.dumps(
         {"tiny": cfg.policy.tiny.model_dump(), "seed": cfg.seed, "domain": cfg.domain,
-         "tasks": hashlib.sha256(json.dumps(warmup_tasks, sort_keys=True).encode()).hexdigest(), "v": 5},
+         "tasks": hashlib.sha256(json.dumps(taught, sort_keys=True).encode()).hexdigest(), "v": 4},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -202,7 +210,7 @@ def ensure_base_policy(cfg: Config, run_dir: Path, warmup_tasks: list[dict], can
     target = run_dir / "policy" / "base"
     if (target / "config.json").exists():
         return str(target)
-    cached = cache_root() / "policies" / _cache_key(cfg, warmup_tasks)
+    cached = cache_root() / "policies" / _cache_key(cfg, warmup_tasks, near_miss)
     if not (cached / "config.json").exists():
         import torch
 

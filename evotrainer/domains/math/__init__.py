@@ -170,6 +170,6 @@ class MathDomain(Domain):
         return answer is not None and int(answer) == int(task["answer"])
 
     def near_miss(self, task: Task) -> str | None:
-        """The value with the last operator's sign flipped (a sign slip): ``37 - 5 + 8`` -> 24."""
-        *head, op, last = task["expression"].split(" ")
-        return str(int(task["answer"]) + (-2 if op == "+" else 2) * int(last))
+        """The right value with a period after it (``40.``): a format slip that ``verify`` rejects, as a strict
+        answer format rejects a sentence's full stop."""
+        return task["answer"] + "."
