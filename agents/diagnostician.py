@@ -20,6 +20,8 @@ from evotrainer.contracts import Diagnosis, MetricEvidence
 from evotrainer.metrics import accuracy_change, rate_evidence, ratio_evidence, wilson
 from evotrainer.rollouts import groups_of, is_dead
 
+CREDITS_WRONG = "credits_wrong:"  # evidence name prefix: the share of rewarded-but-wrong rollouts a component credits
+
 THRESHOLDS = {
     "dead_group_ratio": 0.35,
     "kept_dead_ratio": 0.25,
@@ -223,12 +225,19 @@ class HeuristicDiagnostician:
             return None
         kind = "rewarded but wrong (possible reward hack)" if len(false_pos) >= len(false_neg) else \
             "correct but unrewarded"
+        # which reward components credit the wrong ones: a component that scores most of them above 0 is the culprit
+        credits = [rate_evidence(f"{CREDITS_WRONG}{name}", sum((r.get("reward_components") or {}).get(name, 0.0) > 0
+                                                               for r in false_pos), len(false_pos))
+                   for name in sorted({c for r in false_pos for c in r.get("reward_components") or {}})]
+        culprits = ", ".join(f"{c.name.removeprefix(CREDITS_WRONG)} credits {c.value:.0%} of them"
+                             for c in credits if c.value >= 0.5)
         return Diagnosis(
             id="", layer="behavior", failure_mode="reward_disagreement",
             statement=f"{e.value:.1%} of rollouts get a reward that disagrees with the verifier, mostly {kind} "
-                      f"({len(false_pos)} high-reward wrong, {len(false_neg)} low-reward correct).",
+                      f"({len(false_pos)} high-reward wrong, {len(false_neg)} low-reward correct)"
+                      + (f"; of the rewarded-but-wrong, component {culprits}." if culprits else "."),
             evidence=[e, rate_evidence("rewarded_but_wrong", len(false_pos), len(rows)),
-                      rate_evidence("correct_but_unrewarded", len(false_neg), len(rows))],
+                      rate_evidence("correct_but_unrewarded", len(false_neg), len(rows)), *credits],
             rollout_ids=_examples(false_pos + false_neg), severity=_severity(e.value, th, 0.2),
             confidence=_confidence(e, "above"),
         )

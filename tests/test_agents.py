@@ -155,7 +155,10 @@ def test_every_playbook_edit_keeps_the_harness_tests_passing(intervention, repo,
 
     collapse = Diagnosis(id="d1-1", layer="score", failure_mode="accuracy_regression", statement="fell", severity=1,
                          confidence=0.9, evidence=[MetricEvidence(name=name, value=v, low=v, high=v, n=300)
-                                                   for name, v in (("dev_accuracy_drop", 0.3), ("dev_accuracy_before", 0.4))])
+                                                   for name, v in (("dev_accuracy_drop", 0.3), ("dev_accuracy_before", 0.4),
+                                                                   ("rewarded_but_wrong", 0.3),
+                                                                   ("correct_but_unrewarded", 0.0),
+                                                                   ("credits_wrong:correct", 0.9))])
     edits = intervention.edit(files, read_knobs(repo.path), {"level_stats": level_history(dead_rows()),
                                                              "diagnosis": collapse})
     assert edits, f"{intervention.name} made no edit to the seed harness"

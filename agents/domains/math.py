@@ -19,7 +19,8 @@ Try it alone (prints each edit's diff against the seed harness)::
 
 from __future__ import annotations
 
-from agents.playbook import Files, Intervention, marker, replace_function, reward_component
+from agents.diagnostician import CREDITS_WRONG
+from agents.playbook import Files, Intervention, marker, replace_function, reward_component, set_yaml_entry
 from evotrainer.harness.knobs import Knobs
 
 # the answer: the first line of the completion, stripped (binds ``text``)
@@ -48,6 +49,41 @@ _WELL_FORMED = f'''def well_formed(sample: dict) -> float:
 '''
 
 
+_VERIFIED_ANSWER = f'''def verified_answer(sample: dict) -> float:
+    """1 when the completion gives the task's answer in the evaluator's form, else 0: its first line is an integer,
+    or ends in "= <integer>" / "answer is <integer>" (an optional final period), equal to the answer as a number."""
+    {marker("verifier_aligned_reward")}
+    import re
+
+    {ANSWER_LINE}
+    found = re.fullmatch(r"[+-]?\\d+", text) or re.search(r"(?:=|answer is:?)\\s*([+-]?\\d+)\\.?$", text, re.IGNORECASE)
+    if found is None:
+        return 0.0
+    return 1.0 if int(found.group(found.lastindex or 0)) == int(sample["task"]["answer"]) else 0.0
+'''
+
+
+def _verifier_aligned(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    """Subtract the reward components that credit wrong answers and add one that reads the answer as the evaluator
+    does. Only for a disagreement that is mostly rewarded-but-wrong, and only the components the diagnosis names
+    (``credits_wrong:<name>`` at least half of those rollouts): generic in which component and why it is lenient."""
+    d = ctx.get("diagnosis")
+    seen = {e.name: e.value for e in (d.evidence if d else [])}
+    if seen.get("rewarded_but_wrong", 0.0) <= seen.get("correct_but_unrewarded", 0.0):
+        return None
+    culprits = [name.removeprefix(CREDITS_WRONG) for name, value in seen.items()
+                if name.startswith(CREDITS_WRONG) and value >= 0.5]
+    culprits = [c for c in culprits if knobs.reward_weights.get(c, 0.0) > 0]
+    if not culprits or marker("verifier_aligned_reward") in files["rewards.py"]:
+        return None
+    out = reward_component("verified_answer", 1.0, _VERIFIED_ANSWER, "verifier_aligned_reward")(files, knobs, ctx)
+    if out is None:
+        return None
+    for name in culprits:
+        out["harness.yaml"] = set_yaml_entry(out["harness.yaml"], "reward_weights", name, "0.0")
+    return out
+
+
 def _numeric_match(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     src = files["rewards.py"]
     if marker("numeric_answer_match") in src or "def correct(" not in src or "def _answer(" not in src:
@@ -73,6 +109,11 @@ INTERVENTIONS: list[Intervention] = [
         "a completion that ends with one integer earns a small format reward",
         "groups of wrong answers then separate well-formed from malformed ones",
         reward_component("well_formed", 0.2, _WELL_FORMED, "format_reward")),
+    Intervention(
+        "verifier_aligned_reward", 45, ("reward_disagreement",), "rewards.verified_answer", "reward_verified_auc",
+        "up", False, "the reward components that credit wrong answers are switched off and a component that reads "
+        "the answer as the evaluator does takes their place",
+        "a reward that credits what the verifier rejects teaches the policy to produce it", _verifier_aligned),
     Intervention(
         "numeric_answer_match", 50, ("reward_disagreement",), "rewards.correct", "reward_verified_auc", "up",
         False, "the correctness reward compares the answer as an integer, not as a string",

@@ -1,0 +1,86 @@
+"""A reward that credits what the verifier rejects is found by the components that do it, and subtracted.
+
+The Diagnostician names, for a mostly rewarded-but-wrong disagreement, the share of those rollouts each reward
+component credits; the math Engineer edit ``verifier_aligned_reward`` switches off the components the diagnosis
+names and adds one that reads the answer as the evaluator does. Generic in which component is lenient and why: the
+test plants a lenient component under another name too.
+"""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+from agents.diagnostician import HeuristicDiagnostician
+from agents.playbook import find
+from evotrainer.domains import get_domain
+from evotrainer.harness import faults
+from evotrainer.harness.knobs import read_knobs
+from evotrainer.harness.repo import HARNESS_FILES, HarnessRepo
+from sandbox import run_selftest
+from tests.conftest import rollouts
+from tests.test_agents import _evidence
+
+
+def _hacked(component: str) -> list[dict]:
+    """60 groups: the right answer "9" (rewarded, verified), "9." which only ``component`` credits, and a wrong "5"."""
+    rows = rollouts([[("9", True), ("9.", False), ("5", False), ("5", False)] * 2 for _ in range(60)])
+    for r in rows:
+        r["reward"] = float(r["completion"] != "5")
+        r["reward_components"] = {component: r["reward"], "style": 0.0}
+    return rows
+
+
+def _repair(tmp_path: Path, rows: list[dict], harness: Path):
+    repo = HarnessRepo.create(tmp_path / "harness", "math", str(harness))
+    found = {d.failure_mode: d for d in HeuristicDiagnostician().diagnose(_evidence(rows, repo))}
+    d = found["reward_disagreement"]
+    files = {name: repo.show_file("main", name) for name in HARNESS_FILES}
+    edits = find("math", "verifier_aligned_reward").edit(files, read_knobs(repo.path), {"diagnosis": d})
+    return d, repo, edits
+
+
+def test_the_lenient_component_is_named_and_replaced_by_one_that_reads_the_answer_as_the_verifier(tmp_path):
+    harness = faults.materialize("math", "reward_hacking", tmp_path / "faulty")
+    d, repo, edits = _repair(tmp_path, _hacked("correct"), harness)
+    assert "component correct credits 100% of them" in d.statement
+    assert {e.name: e.value for e in d.evidence}["credits_wrong:correct"] == 1.0
+    assert {e.name: e.value for e in d.evidence}["credits_wrong:style"] == 0.0
+
+    dest = repo.export("main", tmp_path / "edited")
+    for name, text in edits.items():
+        (dest / name).write_text(text)
+    knobs = read_knobs(dest)
+    assert knobs.reward_weights == {"correct": 0.0, "verified_answer": 1.0}
+    reward = runpy.run_path(str(dest / "rewards.py"))["COMPONENTS"]["verified_answer"]
+    domain, task = get_domain("math"), {"answer": "13", "expression": "6 + 7"}
+    for completion in ("13", "+13", "13\nmore", "6 + 7 = 13", "the answer is 13.", "13.", "139", "12 13", "1 3", ""):
+        assert reward({"completion": completion, "task": task}) == float(domain.verify(task, completion)), completion
+    result = run_selftest(dest)  # the user's own self-tests of the faulty harness still pass
+    assert result["n"] > 0 and not result["failed"], result["failed"]
+
+
+def test_the_culprit_is_found_under_any_name(tmp_path):
+    seed = tmp_path / "seed"
+    harness = faults.materialize("math", "reward_hacking", seed)
+    for name in ("rewards.py", "harness.yaml"):  # the lenient component renamed "match"
+        path = harness / name
+        path.write_text(path.read_text().replace('"correct"', '"match"').replace("correct:", "match:"))
+    _, _, edits = _repair(tmp_path, _hacked("match"), harness)
+    assert "  match: 0.0" in edits["harness.yaml"] and "verified_answer: 1" in edits["harness.yaml"]
+
+
+@pytest.mark.parametrize("case", ["unrewarded", "no_culprit"])
+def test_no_subtraction_without_a_culprit_behind_rewarded_but_wrong(tmp_path, case):
+    rows = _hacked("correct")
+    if case == "unrewarded":  # right answers the reward misses: the reward is strict, not lenient
+        rows = rollouts([[("9", True), ("09", True), ("1", False), ("2", False)] * 2 for _ in range(60)])
+        for r in rows:
+            r["reward"] = r["reward_components"]["correct"] = float(r["completion"] == "9")
+    else:  # the wrong ones are rewarded, but by no component (a reward the components do not explain)
+        for r in rows:
+            r["reward_components"] = {"correct": float(r["verified"])}
+    d, _, edits = _repair(tmp_path, rows, faults.materialize("math", "reward_hacking", tmp_path / "faulty"))
+    assert edits is None, d.statement
