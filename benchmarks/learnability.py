@@ -69,6 +69,23 @@ def main(argv: list[str] | None = None) -> int:
                 gain, how = paired_gain(pairs), "95% CI"
             out["pooled"][name] = gain
             print(f"  level {name}: gain {gain['diff']:+.1%} ({how} {gain['low']:+.1%} to {gain['high']:+.1%})")
+        # every level at once: the criterion's figure (docs/preregistration/learnability.md)
+        whole = [({i: x for lv in r["levels"].values() for i, x in lv["scores"][0].items()},
+                  {i: x for lv in r["levels"].values() for i, x in lv["scores"][-1].items()}) for r in runs]
+        gain = paired_gain(whole)
+        out["pooled"]["all"] = gain
+        print(f"  all levels: gain {gain['diff']:+.1%} (95% CI {gain['low']:+.1%} to {gain['high']:+.1%})")
+        by_seed: dict[int, list[float]] = {}
+        for r in runs:
+            final = sum(sum(lv["scores"][-1].values()) for lv in r["levels"].values()) / sum(
+                lv["n"] for lv in r["levels"].values())
+            by_seed.setdefault(RunDir(r["run"]).load_config().seed, []).append(final)
+        twice = [v for v in by_seed.values() if len(v) > 1]
+        if twice:  # pooled within-seed sd of the final accuracy: run-to-run noise on one seed
+            ss = sum(sum((x - sum(v) / len(v)) ** 2 for x in v) for v in twice)
+            sd = (ss / sum(len(v) - 1 for v in twice)) ** 0.5
+            out["run_sd"] = sd
+            print(f"  final accuracy, sd between runs of one seed (pooled over {len(twice)} seeds): {sd:.2%}")
     if a.json:
         a.json.write_text(json.dumps(out, indent=1))
     return 0

@@ -22,7 +22,9 @@ EVOTRAINER = [sys.executable, "-m", "evotrainer.cli"]
 
 # a run small enough for tests: a short warm-up, short phases, a small eval split, short pilots
 FAST = [
-    "policy.tiny.warmup_steps=60", "policy.tiny.warmup_target_accuracy=1.0",
+    # no warm-up slip: a short warm-up's greedy answers are then sometimes right, so accuracy can decide something
+    # (the slip itself: tests/test_warmup_slip.py)
+    "policy.tiny.warmup_steps=60", "policy.tiny.warmup_target_accuracy=1.0", "policy.tiny.warmup_slip=0",
     "training.steps_per_phase=6", "training.prompts_per_step=4", "training.eval_size=40", "training.dev_size=40",
     "training.train_pool_size=400", "backtest.trial_steps=2", "backtest.trial_seeds=1", "backtest.probe_size=40",
     "evolution.final_round=true",  # one-phase tests of the loop need the round after their only phase
