@@ -18,6 +18,7 @@ from agents.roles import EngineerContext
 from agents.playbook import Intervention, for_domain, layer_of
 from evotrainer.contracts import Candidate, Diagnosis, Skill
 from evotrainer.harness.repo import HARNESS_FILES
+from evotrainer.judge import variables
 
 
 class HeuristicEngineer:
@@ -60,7 +61,8 @@ class HeuristicEngineer:
                 if not edits:
                     continue
                 used.add(intervention.name)
-                out.append(self._commit(ctx, d, intervention, edits, skill_ids, len(ctx.tried) + len(out) + 1))
+                out.append(self._commit(ctx, d, intervention, edits, skill_ids, len(ctx.tried) + len(out) + 1,
+                                        declared_variable(intervention, files, edits)))
                 break
         if ctx.escalation and not out and confirmed:  # no other layer left: propose a subtraction
             cand = subtraction(ctx, confirmed[0], len(ctx.tried) + 1)
@@ -68,20 +70,30 @@ class HeuristicEngineer:
         return out
 
     def _commit(self, ctx: EngineerContext, d: Diagnosis, i: Intervention, edits: dict[str, str],
-                skill_ids: list[str], k: int) -> Candidate:
+                skill_ids: list[str], k: int, variable: str) -> Candidate:
         branch = f"candidates/phase-{ctx.phase}-{k}"
         ev = d.evidence[0] if d.evidence else None
         now = f"{ev.name} is {ev.value:.3g} (95% CI {ev.low:.3g}-{ev.high:.3g})" if ev else "see diagnosis"
         expected = f"{i.target_metric} {i.direction} beyond the backtest noise floor; now {now}"
-        rollback = f"revert the merge of {branch} (git revert -m 1 <merge>), restoring {i.variable}"
+        rollback = f"revert the merge of {branch} (git revert -m 1 <merge>), restoring {variable}"
         cand = Candidate(
             branch=branch, base_sha=ctx.base_sha, diagnosis_id=d.id, intervention=i.name,
-            hypothesis=i.hypothesis(d), variable=i.variable, target_metric=i.target_metric, direction=i.direction,
+            hypothesis=i.hypothesis(d), variable=variable, target_metric=i.target_metric, direction=i.direction,
             expected=expected, rollback=rollback, skills_used=skill_ids, files=sorted(edits),
         )
         source = f"skill {', '.join(skill_ids)}" if skill_ids else "built-in playbook"
-        return commit(ctx, d, cand, edits, f"{i.variable}: {i.summary}",
+        return commit(ctx, d, cand, edits, f"{variable}: {i.summary}",
                       f"{d.statement}\n\nIntervention {i.name} from the {source}.")
+
+
+def declared_variable(i: Intervention, files: dict[str, str], edits: dict[str, str]) -> str:
+    """The variable a candidate of ``i`` declares: ``i.variable``, or, for one ending in ``.*`` (an edit whose target
+    the evidence picks, e.g. whichever reward component is lenient), the one variable its diff changes, named by the
+    judge's own rule (``evotrainer.judge.variables``)."""
+    if not i.variable.endswith(".*"):
+        return i.variable
+    names = set().union(*(variables.file_names(path, files.get(path), text) for path, text in edits.items()))
+    return variables.infer(names) or i.variable[:-2]
 
 
 def commit(ctx: EngineerContext, d: Diagnosis, cand: Candidate, edits: dict[str, str], subject: str,

@@ -37,7 +37,7 @@ class Intervention:
     name: str
     priority: int  # place in the Engineer's fallback order, lower first, across generic and domain interventions
     answers: tuple[str, ...]
-    variable: str
+    variable: str  # ending in ".*": the one variable the edit's diff changes (the evidence picks the target)
     target_metric: str
     direction: str
     needs_pilot: bool

@@ -1,9 +1,9 @@
-"""A reward that credits what the verifier rejects is found by the components that do it, and subtracted.
+"""A reward that credits what the verifier rejects is found by the component that does it, and its leniency removed.
 
 The Diagnostician names, for a mostly rewarded-but-wrong disagreement, the share of those rollouts each reward
-component credits; the math Engineer edit ``verifier_aligned_reward`` switches off the components the diagnosis
-names and adds one that reads the answer as the evaluator does. Generic in which component is lenient and why: the
-test plants a lenient component under another name too.
+component credits; the math Engineer edit ``verifier_aligned_reward`` rewrites the component the diagnosis names to
+read the answer as the evaluator does, in place (one variable, which the Engineer declares from the diff). Generic in
+which component is lenient and why: the test plants a lenient component under another name too.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agents.diagnostician import HeuristicDiagnostician
+from agents.engineer import declared_variable
 from agents.playbook import find
 from evotrainer.domains import get_domain
 from evotrainer.harness import faults
@@ -33,12 +34,15 @@ def _hacked(component: str) -> list[dict]:
     return rows
 
 
+def files_of(repo: HarnessRepo) -> dict[str, str]:
+    return {name: repo.show_file("main", name) for name in HARNESS_FILES}
+
+
 def _repair(tmp_path: Path, rows: list[dict], harness: Path):
     repo = HarnessRepo.create(tmp_path / "harness", "math", str(harness))
     found = {d.failure_mode: d for d in HeuristicDiagnostician().diagnose(_evidence(rows, repo))}
     d = found["reward_disagreement"]
-    files = {name: repo.show_file("main", name) for name in HARNESS_FILES}
-    edits = find("math", "verifier_aligned_reward").edit(files, read_knobs(repo.path), {"diagnosis": d})
+    edits = find("math", "verifier_aligned_reward").edit(files_of(repo), read_knobs(repo.path), {"diagnosis": d})
     return d, repo, edits
 
 
@@ -52,12 +56,13 @@ def test_the_lenient_component_is_named_and_replaced_by_one_that_reads_the_answe
     dest = repo.export("main", tmp_path / "edited")
     for name, text in edits.items():
         (dest / name).write_text(text)
-    knobs = read_knobs(dest)
-    assert knobs.reward_weights == {"correct": 0.0, "verified_answer": 1.0}
-    reward = runpy.run_path(str(dest / "rewards.py"))["COMPONENTS"]["verified_answer"]
+    assert set(edits) == {"rewards.py"} and read_knobs(dest).reward_weights == {"correct": 1.0}
+    reward = runpy.run_path(str(dest / "rewards.py"))["COMPONENTS"]["correct"]
     domain, task = get_domain("math"), {"answer": "13", "expression": "6 + 7"}
     for completion in ("13", "+13", "13\nmore", "6 + 7 = 13", "the answer is 13.", "13.", "139", "12 13", "1 3", ""):
         assert reward({"completion": completion, "task": task}) == float(domain.verify(task, completion)), completion
+    intervention = find("math", "verifier_aligned_reward")
+    assert declared_variable(intervention, files_of(repo), edits) == "rewards.correct"  # one variable: the judge's rule
     result = run_selftest(dest)  # the user's own self-tests of the faulty harness still pass
     assert result["n"] > 0 and not result["failed"], result["failed"]
 
@@ -68,8 +73,11 @@ def test_the_culprit_is_found_under_any_name(tmp_path):
     for name in ("rewards.py", "harness.yaml"):  # the lenient component renamed "match"
         path = harness / name
         path.write_text(path.read_text().replace('"correct"', '"match"').replace("correct:", "match:"))
-    _, _, edits = _repair(tmp_path, _hacked("match"), harness)
-    assert "  match: 0.0" in edits["harness.yaml"] and "verified_answer: 1" in edits["harness.yaml"]
+    _, repo, edits = _repair(tmp_path, _hacked("match"), harness)
+    assert declared_variable(find("math", "verifier_aligned_reward"), files_of(repo), edits) == "rewards.correct"
+    repo.path.joinpath("rewards.py").write_text(edits["rewards.py"])
+    assert runpy.run_path(str(repo.path / "rewards.py"))["COMPONENTS"]["match"]({"completion": "9.", "task": {
+        "answer": "9"}}) == 0.0
 
 
 @pytest.mark.parametrize("case", ["unrewarded", "no_culprit"])

@@ -19,8 +19,10 @@ Try it alone (prints each edit's diff against the seed harness)::
 
 from __future__ import annotations
 
+import ast
+
 from agents.diagnostician import CREDITS_WRONG
-from agents.playbook import Files, Intervention, marker, replace_function, reward_component, set_yaml_entry
+from agents.playbook import Files, Intervention, marker, replace_function, reward_component
 from evotrainer.harness.knobs import Knobs
 
 # the answer: the first line of the completion, stripped (binds ``text``)
@@ -49,7 +51,9 @@ _WELL_FORMED = f'''def well_formed(sample: dict) -> float:
 '''
 
 
-_VERIFIED_ANSWER = f'''def verified_answer(sample: dict) -> float:
+def _verified_answer(func: str) -> str:
+    """``func`` rewritten to read the answer as the evaluator does (same name, so its weight and registration stay)."""
+    return f'''def {func}(sample: dict) -> float:
     """1 when the completion gives the task's answer in the evaluator's form, else 0: its first line is an integer,
     or ends in "= <integer>" / "answer is <integer>" (an optional final period), equal to the answer as a number."""
     {marker("verifier_aligned_reward")}
@@ -63,25 +67,46 @@ _VERIFIED_ANSWER = f'''def verified_answer(sample: dict) -> float:
 '''
 
 
+def _component_functions(src: str) -> dict[str, str]:
+    """rewards.py's ``COMPONENTS``: component name -> the top-level function it names (entries that are not a plain
+    function name are left out)."""
+    tree = ast.parse(src)
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "COMPONENTS" for t in node.targets) \
+                and isinstance(node.value, ast.Dict):
+            return {k.value: v.id for k, v in zip(node.value.keys, node.value.values)
+                    if isinstance(k, ast.Constant) and isinstance(v, ast.Name) and v.id in defined}
+    return {}
+
+
 def _verifier_aligned(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
-    """Subtract the reward components that credit wrong answers and add one that reads the answer as the evaluator
-    does. Only for a disagreement that is mostly rewarded-but-wrong, and only the components the diagnosis names
-    (``credits_wrong:<name>`` at least half of those rollouts): generic in which component and why it is lenient."""
+    """Rewrite the reward component that credits wrong answers to read the answer as the evaluator does: a
+    subtraction of its leniency, in place (its name, weight and registration stay, so the edit is one variable).
+    Only for a disagreement that is mostly rewarded-but-wrong, and only a component the diagnosis names
+    (``credits_wrong:<name>`` at least half of those rollouts) with a weight above 0: generic in which component is
+    lenient and why. One component per candidate, the one crediting most."""
     d = ctx.get("diagnosis")
     seen = {e.name: e.value for e in (d.evidence if d else [])}
     if seen.get("rewarded_but_wrong", 0.0) <= seen.get("correct_but_unrewarded", 0.0):
         return None
-    culprits = [name.removeprefix(CREDITS_WRONG) for name, value in seen.items()
-                if name.startswith(CREDITS_WRONG) and value >= 0.5]
-    culprits = [c for c in culprits if knobs.reward_weights.get(c, 0.0) > 0]
-    if not culprits or marker("verifier_aligned_reward") in files["rewards.py"]:
+    src = files["rewards.py"]
+    try:
+        funcs = _component_functions(src)
+    except SyntaxError:
         return None
-    out = reward_component("verified_answer", 1.0, _VERIFIED_ANSWER, "verifier_aligned_reward")(files, knobs, ctx)
-    if out is None:
-        return None
-    for name in culprits:
-        out["harness.yaml"] = set_yaml_entry(out["harness.yaml"], "reward_weights", name, "0.0")
-    return out
+    culprits = sorted((value, name.removeprefix(CREDITS_WRONG)) for name, value in seen.items()
+                      if name.startswith(CREDITS_WRONG) and value >= 0.5)
+    for _, name in reversed(culprits):
+        func = funcs.get(name)
+        if func is None or knobs.reward_weights.get(name, 0.0) <= 0:
+            continue
+        body = ast.get_source_segment(src, next(n for n in ast.parse(src).body
+                                                if isinstance(n, ast.FunctionDef) and n.name == func))
+        if marker("verifier_aligned_reward") in body:
+            continue  # already rewritten
+        return {"rewards.py": replace_function(src, func, _verified_answer(func))}
+    return None
 
 
 def _numeric_match(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
@@ -110,9 +135,9 @@ INTERVENTIONS: list[Intervention] = [
         "groups of wrong answers then separate well-formed from malformed ones",
         reward_component("well_formed", 0.2, _WELL_FORMED, "format_reward")),
     Intervention(
-        "verifier_aligned_reward", 45, ("reward_disagreement",), "rewards.verified_answer", "reward_verified_auc",
-        "up", False, "the reward components that credit wrong answers are switched off and a component that reads "
-        "the answer as the evaluator does takes their place",
+        "verifier_aligned_reward", 45, ("reward_disagreement",), "rewards.*", "reward_verified_auc",
+        "up", False, "the reward component that credits wrong answers is rewritten to read the answer as the "
+        "evaluator does",
         "a reward that credits what the verifier rejects teaches the policy to produce it", _verifier_aligned),
     Intervention(
         "numeric_answer_match", 50, ("reward_disagreement",), "rewards.correct", "reward_verified_auc", "up",
