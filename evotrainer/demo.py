@@ -20,7 +20,7 @@ from evotrainer.metrics import paired_gain
 from evotrainer.report.history import phase_results
 from evotrainer.rundir import RunDir
 
-DEFAULT_FAULT = "divergence"  # the defect `make demo` plants (a learning rate ten times too high)
+DEFAULT_FAULT = "reward_hacking"  # the defect `make demo` plants (a reward that credits answers the verifier rejects)
 
 
 def static_dir(run_dir: Path) -> Path:
