@@ -100,6 +100,8 @@ class Reporter:
                 t.add_row(d["id"], f"{d['layer']}/{d['failure_mode']}", d["statement"],
                           f"{d['status']}: {d['critique']}")
             c.print(t)
+        elif s.get("mode", "evolve") != "evolve":  # the baselines never diagnose: say so, not "nothing found"
+            c.print(f"diagnoses: not made (evolution.mode {s['mode']}: no Diagnostician runs)")
         else:
             c.print("diagnoses: none (the Diagnostician named none, and no built-in rule fired)")
         if s["candidates"]:

@@ -238,7 +238,9 @@ def ensure_base_policy(cfg: Config, run_dir: Path, warmup_tasks: list[dict], can
         (tmp / "warmup.json").write_text(json.dumps({**stats, "parameters": n_params}, indent=1))
         tmp.rename(cached) if not cached.exists() else shutil.rmtree(tmp)
         log(f"tiny policy ready: {n_params / 1e6:.2f}M parameters, {stats['steps']} warm-up steps, "
-            f"probe accuracy {stats['probe_accuracy']:.1%} ({stats['seconds']} s)")
+            f"probe accuracy {stats['probe_accuracy']:.1%}"
+            + (f", right or the near miss {stats['probe_competent']:.1%}" if cfg.policy.tiny.warmup_slip else "")
+            + f" ({stats['seconds']} s)")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name("base.tmp")
     shutil.rmtree(tmp, ignore_errors=True)

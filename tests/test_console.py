@@ -1,0 +1,26 @@
+"""The console's phase summary says why a phase has no diagnoses: none found, or none looked for (a baseline)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from evotrainer.console import Reporter
+
+SUMMARY = {"phase": 1, "accuracy": 0.0, "previous_accuracy": 0.0, "eval_n": 10, "change": None, "dev_accuracy": 0.0,
+           "dev_n": 20, "harness_sha": "a" * 40, "train_s": 1.0, "reward_mean": 0.2, "dead_group_ratio": 0.4,
+           "kept_fraction": 1.0, "truncation_rate": 0.0, "diagnoses": [], "candidates": [], "promoted": [],
+           "effects": []}
+
+
+@pytest.mark.parametrize(("mode", "said"), [
+    ("evolve", "diagnoses: none (the Diagnostician named none, and no built-in rule fired)"),
+    ("static", "diagnoses: not made (evolution.mode static: no Diagnostician runs)"),
+    ("keep_discard", "diagnoses: not made (evolution.mode keep_discard: no Diagnostician runs)"),
+])
+def test_a_phase_without_diagnoses_says_whether_anyone_looked(mode: str, said: str):
+    out = io.StringIO()
+    Reporter(Console(file=out, width=200)).phase_summary({**SUMMARY, "mode": mode})
+    assert said in out.getvalue()
