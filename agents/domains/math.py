@@ -23,6 +23,8 @@ import ast
 
 from agents.diagnostician import CREDITS_WRONG
 from agents.playbook import Files, Intervention, marker, replace_function, reward_component
+from evotrainer.domains.math import _FINAL as FINAL
+from evotrainer.domains.math import _INT as BARE
 from evotrainer.harness.knobs import Knobs
 
 # the answer: the first line of the completion, stripped (binds ``text``)
@@ -52,7 +54,8 @@ _WELL_FORMED = f'''def well_formed(sample: dict) -> float:
 
 
 def _verified_answer(func: str) -> str:
-    """``func`` rewritten to read the answer as the evaluator does (same name, so its weight and registration stay)."""
+    """``func`` rewritten to read the answer as the evaluator does (same name, so its weight and registration stay):
+    the evaluator's own patterns, written into the code (harness code cannot import the evaluator)."""
     return f'''def {func}(sample: dict) -> float:
     """1 when the completion gives the task's answer in the evaluator's form, else 0: its first line is an integer,
     or ends in "= <integer>" / "answer is <integer>" (an optional final period), equal to the answer as a number."""
@@ -60,7 +63,7 @@ def _verified_answer(func: str) -> str:
     import re
 
     {ANSWER_LINE}
-    found = re.fullmatch(r"[+-]?\\d+", text) or re.search(r"(?:=|answer is:?)\\s*([+-]?\\d+)\\.?$", text, re.IGNORECASE)
+    found = re.fullmatch({BARE.pattern!r}, text) or re.search({FINAL.pattern!r}, text, re.IGNORECASE)
     if found is None:
         return 0.0
     return 1.0 if int(found.group(found.lastindex or 0)) == int(sample["task"]["answer"]) else 0.0
