@@ -78,21 +78,26 @@ def replace_function(source: str, func: str, new_def: str) -> str:
     raise ValueError(f"no function {func!r} to replace")
 
 
+def components_node(tree: ast.Module) -> ast.Assign | None:
+    """rewards.py's top-level ``COMPONENTS = ...`` assignment, or None."""
+    return next((node for node in tree.body if isinstance(node, ast.Assign)
+                 and any(getattr(t, "id", None) == "COMPONENTS" for t in node.targets)), None)
+
+
 def add_component(source: str, name: str, func_src: str) -> str:
     """Insert a reward component before ``COMPONENTS = {...}`` and register it there."""
-    tree = ast.parse(source)
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "COMPONENTS" for t in node.targets):
-            if not isinstance(node.value, ast.Dict):
-                raise ValueError("COMPONENTS is not a dict literal")
-            keys = [ast.literal_eval(k) for k in node.value.keys]
-            names = [ast.get_source_segment(source, v) for v in node.value.values]
-            entries = ", ".join(f'"{k}": {v}' for k, v in zip(keys + [name], names + [func_src_name(func_src)]))
-            lines = source.splitlines(keepends=True)
-            before = "".join(lines[: node.lineno - 1])
-            after = "".join(lines[node.end_lineno:])
-            return before + func_src.rstrip("\n") + "\n\n\n" + f"COMPONENTS = {{{entries}}}\n" + after
-    raise ValueError("rewards.py has no COMPONENTS dict")
+    node = components_node(ast.parse(source))
+    if node is None:
+        raise ValueError("rewards.py has no COMPONENTS dict")
+    if not isinstance(node.value, ast.Dict):
+        raise ValueError("COMPONENTS is not a dict literal")
+    keys = [ast.literal_eval(k) for k in node.value.keys]
+    names = [ast.get_source_segment(source, v) for v in node.value.values]
+    entries = ", ".join(f'"{k}": {v}' for k, v in zip(keys + [name], names + [func_src_name(func_src)]))
+    lines = source.splitlines(keepends=True)
+    before = "".join(lines[: node.lineno - 1])
+    after = "".join(lines[node.end_lineno:])
+    return before + func_src.rstrip("\n") + "\n\n\n" + f"COMPONENTS = {{{entries}}}\n" + after
 
 
 def func_src_name(func_src: str) -> str:

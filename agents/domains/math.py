@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 
 from agents.diagnostician import CREDITS_WRONG
-from agents.playbook import Files, Intervention, marker, replace_function, reward_component
+from agents.playbook import Files, Intervention, components_node, marker, replace_function, reward_component
 from evotrainer.domains.math import _FINAL as FINAL
 from evotrainer.domains.math import _INT as BARE
 from evotrainer.harness.knobs import Knobs
@@ -70,17 +70,16 @@ def _verified_answer(func: str) -> str:
 '''
 
 
-def _component_functions(src: str) -> dict[str, str]:
+def _component_functions(src: str) -> dict[str, ast.FunctionDef]:
     """rewards.py's ``COMPONENTS``: component name -> the top-level function it names (entries that are not a plain
     function name are left out)."""
     tree = ast.parse(src)
-    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "COMPONENTS" for t in node.targets) \
-                and isinstance(node.value, ast.Dict):
-            return {k.value: v.id for k, v in zip(node.value.keys, node.value.values)
-                    if isinstance(k, ast.Constant) and isinstance(v, ast.Name) and v.id in defined}
-    return {}
+    defined = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    node = components_node(tree)
+    if node is None or not isinstance(node.value, ast.Dict):
+        return {}
+    return {k.value: defined[v.id] for k, v in zip(node.value.keys, node.value.values)
+            if isinstance(k, ast.Constant) and isinstance(v, ast.Name) and v.id in defined}
 
 
 def _verifier_aligned(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
@@ -104,11 +103,9 @@ def _verifier_aligned(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
         func = funcs.get(name)
         if func is None or knobs.reward_weights.get(name, 0.0) <= 0:
             continue
-        body = ast.get_source_segment(src, next(n for n in ast.parse(src).body
-                                                if isinstance(n, ast.FunctionDef) and n.name == func))
-        if marker("verifier_aligned_reward") in body:
+        if marker("verifier_aligned_reward") in ast.get_source_segment(src, func):
             continue  # already rewritten
-        return {"rewards.py": replace_function(src, func, _verified_answer(func))}
+        return {"rewards.py": replace_function(src, func.name, _verified_answer(func.name))}
     return None
 
 
