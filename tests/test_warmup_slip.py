@@ -53,3 +53,19 @@ def test_the_cached_policy_is_named_by_what_its_warm_up_teaches():
     slipped = C.apply_overrides(cfg, ["policy.tiny.warmup_slip=0.5"])
     assert build._cache_key(slipped, tasks, MathDomain().near_miss) != build._cache_key(slipped, tasks, other)
     assert build._cache_key(slipped, tasks, MathDomain().near_miss) != build._cache_key(cfg, tasks)
+
+
+def test_the_warm_up_teaches_the_slip_only_when_asked():
+    """A real (very small) warm-up on one answer: with the slip its greedy answer is the near miss, without it the
+    right answer; the probe counts the near miss as competent only when it is taught."""
+    tokenizer = build.build_tokenizer()
+    examples = [(f"{i}=", "7", "7.") for i in range(260)]  # the first 200 are the probe
+    got = {}
+    for slip in (0.0, 0.9):
+        cfg = C.TinyPolicyConfig(hidden_size=16, num_layers=1, num_heads=2, warmup_steps=300, warmup_batch_size=8,
+                                 warmup_lr=1e-2, warmup_target_accuracy=1.0, warmup_slip=slip)
+        model = build.build_model(cfg, len(tokenizer), 0)
+        got[slip] = build.warm_up(model, tokenizer, examples, cfg, 0, log=lambda _: None)
+        got[slip]["said"] = build.greedy_answers(model, tokenizer, ["5=", "123="])
+    assert got[0.0]["probe_accuracy"] == 1.0 and got[0.0]["said"] == ["7", "7"]
+    assert got[0.9]["probe_accuracy"] == 0.0 and got[0.9]["probe_competent"] == 1.0 and got[0.9]["said"] == ["7."] * 2
