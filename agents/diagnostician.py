@@ -21,6 +21,7 @@ from evotrainer.metrics import accuracy_change, rate_evidence, ratio_evidence, w
 from evotrainer.rollouts import groups_of, is_dead
 
 CREDITS_WRONG = "credits_wrong:"  # evidence name prefix: the share of rewarded-but-wrong rollouts a component credits
+MISSES_RIGHT = "misses_right:"  # evidence name prefix: the share of correct-but-unrewarded rollouts a component gives 0
 
 THRESHOLDS = {
     "dead_group_ratio": 0.35,
@@ -214,30 +215,42 @@ class HeuristicDiagnostician:
     def _disagreement(self, ev: PhaseEvidence) -> Diagnosis | None:
         th = THRESHOLDS["disagreement_rate"]
         rows = ev.rollouts
-        rewards = [r["reward"] for r in rows]
-        if not rows or max(rewards) - min(rewards) < 1e-9:
+        if not rows:
             return None
-        mid = (max(rewards) + min(rewards)) / 2
-        false_pos = [r for r in rows if r["reward"] > mid and not r["verified"]]
-        false_neg = [r for r in rows if r["reward"] <= mid and r["verified"]]
+        rewards = [r["reward"] for r in rows]
+        if max(rewards) - min(rewards) < 1e-9:
+            # a reward that cannot tell right from wrong: at 0 (or below) it misses every verified answer, above 0 it
+            # credits every wrong one as much as a right one
+            false_pos = [r for r in rows if not r["verified"]] if rewards[0] > 0 else []
+            false_neg = [] if rewards[0] > 0 else [r for r in rows if r["verified"]]
+        else:
+            mid = (max(rewards) + min(rewards)) / 2
+            false_pos = [r for r in rows if r["reward"] > mid and not r["verified"]]
+            false_neg = [r for r in rows if r["reward"] <= mid and r["verified"]]
         e = rate_evidence("reward_verified_disagreement", len(false_pos) + len(false_neg), len(rows), threshold=th)
         if e.value <= th:
             return None
-        kind = "rewarded but wrong (possible reward hack)" if len(false_pos) >= len(false_neg) else \
-            "correct but unrewarded"
-        # which reward components credit the wrong ones: a component that scores most of them above 0 is the culprit
-        credits = [rate_evidence(f"{CREDITS_WRONG}{name}", sum((r.get("reward_components") or {}).get(name, 0.0) > 0
-                                                               for r in false_pos), len(false_pos))
-                   for name in sorted({c for r in false_pos for c in r.get("reward_components") or {}})]
-        culprits = ", ".join(f"{c.name.removeprefix(CREDITS_WRONG)} credits {c.value:.0%} of them"
-                             for c in credits if c.value >= 0.5)
+        lenient = len(false_pos) >= len(false_neg)
+        kind = "rewarded but wrong (possible reward hack)" if lenient else "correct but unrewarded"
+        # which reward components explain it: one that scores most rewarded-but-wrong rollouts above 0 (lenient), or
+        # one that gives most correct-but-unrewarded ones 0 (strict), is the culprit
+        prefix, subject = (CREDITS_WRONG, false_pos) if lenient else (MISSES_RIGHT, false_neg)
+        names = sorted({c for r in rows for c in r.get("reward_components") or {}})
+        per_component = [
+            rate_evidence(f"{prefix}{name}", sum(((r.get("reward_components") or {}).get(name, 0.0) > 0) == lenient
+                                                 for r in subject), len(subject))
+            for name in names]
+        verb = "credits" if lenient else "gives 0 to"
+        culprits = ", ".join(f"{c.name.removeprefix(prefix)} {verb} {c.value:.0%} of them"
+                             for c in per_component if c.value >= 0.5)
+        which = "rewarded-but-wrong" if lenient else "correct-but-unrewarded"
         return Diagnosis(
             id="", layer="behavior", failure_mode="reward_disagreement",
             statement=f"{e.value:.1%} of rollouts get a reward that disagrees with the verifier, mostly {kind} "
                       f"({len(false_pos)} high-reward wrong, {len(false_neg)} low-reward correct)"
-                      + (f"; of the rewarded-but-wrong, component {culprits}." if culprits else "."),
+                      + (f"; of the {which}, component {culprits}." if culprits else "."),
             evidence=[e, rate_evidence("rewarded_but_wrong", len(false_pos), len(rows)),
-                      rate_evidence("correct_but_unrewarded", len(false_neg), len(rows)), *credits],
+                      rate_evidence("correct_but_unrewarded", len(false_neg), len(rows)), *per_component],
             rollout_ids=_examples(false_pos + false_neg), severity=_severity(e.value, th, 0.2),
             confidence=_confidence(e, "above"),
         )

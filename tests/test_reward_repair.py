@@ -80,15 +80,47 @@ def test_the_culprit_is_found_under_any_name(tmp_path):
         "answer": "9"}}) == 0.0
 
 
-@pytest.mark.parametrize("case", ["unrewarded", "no_culprit"])
-def test_no_subtraction_without_a_culprit_behind_rewarded_but_wrong(tmp_path, case):
-    rows = _hacked("correct")
-    if case == "unrewarded":  # right answers the reward misses: the reward is strict, not lenient
-        rows = rollouts([[("9", True), ("09", True), ("1", False), ("2", False)] * 2 for _ in range(60)])
-        for r in rows:
-            r["reward"] = r["reward_components"]["correct"] = float(r["completion"] == "9")
-    else:  # the wrong ones are rewarded, but by no component (a reward the components do not explain)
+def _strict(constant: bool) -> list[dict]:
+    """60 groups where the reward misses right answers: "09" (verified, as the number 9) earns nothing; with
+    ``constant`` the reward credits no completion at all (a bare-integer parser facing worked answers)."""
+    rows = rollouts([[("9", True), ("09", True), ("1", False), ("2", False)] * 2 for _ in range(60)])
+    for r in rows:
+        r["reward"] = 0.0 if constant else float(r["completion"] == "9")
+        r["reward_components"] = {"correct": r["reward"], "style": 0.5}
+    return rows
+
+
+@pytest.mark.parametrize("constant", [False, True])
+def test_a_strict_component_that_misses_right_answers_is_named_and_rewritten(tmp_path, constant):
+    d, repo, edits = _repair(tmp_path, _strict(constant), faults.materialize("math", "reward_hacking", tmp_path / "f"))
+    seen = {e.name: e.value for e in d.evidence}
+    assert seen["misses_right:correct"] == 1.0 and seen["misses_right:style"] == 0.0, d.statement
+    assert "correct but unrewarded" in d.statement and "component correct gives 0 to 100% of them" in d.statement
+    if constant:  # a reward that credits nothing while the verifier accepts half: the most blatant disagreement
+        assert seen["correct_but_unrewarded"] == 0.5
+    repo.path.joinpath("rewards.py").write_text(edits["rewards.py"])
+    reward = runpy.run_path(str(repo.path / "rewards.py"))["COMPONENTS"]["correct"]
+    domain, task = get_domain("math"), {"answer": "9", "expression": "4 + 5"}
+    for completion in ("09", "4 + 5 = 9", "the answer is 9.", "9.", "19"):
+        assert reward({"completion": completion, "task": task}) == float(domain.verify(task, completion)), completion
+    assert reward({"completion": "09", "task": task}) == 1.0
+
+
+@pytest.mark.parametrize("case", ["no_culprit", "not_a_correctness_check"])
+def test_no_rewrite_without_a_component_the_evidence_names(tmp_path, case):
+    if case == "no_culprit":  # the wrong ones are rewarded, but by no component (the components do not explain it)
+        rows = _hacked("correct")
         for r in rows:
             r["reward_components"] = {"correct": float(r["verified"])}
-    d, _, edits = _repair(tmp_path, rows, faults.materialize("math", "reward_hacking", tmp_path / "faulty"))
+        harness = faults.materialize("math", "reward_hacking", tmp_path / "faulty")
+    else:  # right answers missed by a component that never reads the task's answer (a format check, say)
+        rows = _strict(constant=False)
+        harness = faults.materialize("math", "reward_hacking", tmp_path / "faulty")
+        rewards = harness / "rewards.py"
+        rewards.write_text(rewards.read_text() + '\n\ndef style(sample: dict) -> float:\n'
+                           '    return 1.0 if sample["completion"].isdigit() else 0.0\n\n\n'
+                           'COMPONENTS["style"] = style\n')
+        for r in rows:
+            r["reward_components"] = {"correct": 1.0 if r["verified"] else 0.0, "style": r["reward"]}
+    d, _, edits = _repair(tmp_path, rows, harness)
     assert edits is None, d.statement

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 
-from agents.diagnostician import CREDITS_WRONG
+from agents.diagnostician import CREDITS_WRONG, MISSES_RIGHT
 from agents.playbook import Files, Intervention, components_node, marker, replace_function, reward_component
 from evotrainer.domains.math import _FINAL as FINAL
 from evotrainer.domains.math import _INT as BARE
@@ -82,26 +82,35 @@ def _component_functions(src: str) -> dict[str, ast.FunctionDef]:
             if isinstance(k, ast.Constant) and isinstance(v, ast.Name) and v.id in defined}
 
 
+def _reads_the_answer(func: ast.FunctionDef) -> bool:
+    """Whether a component function reads the task's answer (a ``["answer"]`` subscript): it checks correctness."""
+    return any(isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value == "answer"
+               for n in ast.walk(func))
+
+
 def _verifier_aligned(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
-    """Rewrite the reward component that credits wrong answers to read the answer as the evaluator does: a
-    subtraction of its leniency, in place (its name, weight and registration stay, so the edit is one variable).
-    Only for a disagreement that is mostly rewarded-but-wrong, and only a component the diagnosis names
-    (``credits_wrong:<name>`` at least half of those rollouts) with a weight above 0: generic in which component is
-    lenient and why. One component per candidate, the one crediting most."""
+    """Rewrite the reward component that disagrees with the verifier to read the answer as the evaluator does, in
+    place (its name, weight and registration stay, so the edit is one variable). Two directions, both from the
+    diagnosis's per-component evidence: a mostly rewarded-but-wrong disagreement names the component crediting at
+    least half of those rollouts (``credits_wrong:<name>``: a lenient parser; the rewrite subtracts its leniency); a
+    mostly correct-but-unrewarded one names the component giving at least half of them 0 (``misses_right:<name>``: a
+    strict parser), and only one that reads the task's answer is rewritten (a format or length component that
+    misses right answers is not a correctness check to repair). Weight above 0; one component per candidate, the one
+    the evidence names most strongly: generic in which component disagrees and why."""
     d = ctx.get("diagnosis")
     seen = {e.name: e.value for e in (d.evidence if d else [])}
-    if seen.get("rewarded_but_wrong", 0.0) <= seen.get("correct_but_unrewarded", 0.0):
-        return None
+    lenient = seen.get("rewarded_but_wrong", 0.0) > seen.get("correct_but_unrewarded", 0.0)
+    prefix = CREDITS_WRONG if lenient else MISSES_RIGHT
     src = files["rewards.py"]
     try:
         funcs = _component_functions(src)
     except SyntaxError:
         return None
-    culprits = sorted((value, name.removeprefix(CREDITS_WRONG)) for name, value in seen.items()
-                      if name.startswith(CREDITS_WRONG) and value >= 0.5)
+    culprits = sorted((value, name.removeprefix(prefix)) for name, value in seen.items()
+                      if name.startswith(prefix) and value >= 0.5)
     for _, name in reversed(culprits):
         func = funcs.get(name)
-        if func is None or knobs.reward_weights.get(name, 0.0) <= 0:
+        if func is None or knobs.reward_weights.get(name, 0.0) <= 0 or not (lenient or _reads_the_answer(func)):
             continue
         if marker("verifier_aligned_reward") in ast.get_source_segment(src, func):
             continue  # already rewritten
@@ -136,9 +145,10 @@ INTERVENTIONS: list[Intervention] = [
         reward_component("well_formed", 0.2, _WELL_FORMED, "format_reward")),
     Intervention(
         "verifier_aligned_reward", 45, ("reward_disagreement",), "rewards.*", "reward_verified_auc",
-        "up", False, "the reward component that credits wrong answers is rewritten to read the answer as the "
-        "evaluator does",
-        "a reward that credits what the verifier rejects teaches the policy to produce it", _verifier_aligned),
+        "up", False, "the reward component that credits wrong answers, or misses right ones, is rewritten to read the "
+        "answer as the evaluator does",
+        "a reward that credits what the verifier rejects teaches the policy to produce it; one that misses what the "
+        "verifier accepts trains the policy away from right answers, or not at all", _verifier_aligned),
     Intervention(
         "numeric_answer_match", 50, ("reward_disagreement",), "rewards.correct", "reward_verified_auc", "up",
         False, "the correctness reward compares the answer as an integer, not as a string",
