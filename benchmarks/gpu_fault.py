@@ -77,6 +77,27 @@ def smollm2(folder: Path) -> Path:
     return folder
 
 
+def _train_at_once(planned: dict, jobs: int, args: list[str]) -> None:
+    """Train the planned runs ``jobs`` at a time, each by this script in a process of its own (``--only``), its
+    output in ``<run folder>.log``; a run that fails is left to the sequential pass after (which resumes it)."""
+    import subprocess
+    import time
+
+    waiting, running = list(planned), []
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            root = waiting.pop(0)
+            log = open(f"{root}.log", "w")
+            running.append((root, log, subprocess.Popen([sys.executable, __file__, *args, "--only", root.name],
+                                                        stdout=log, stderr=subprocess.STDOUT)))
+        time.sleep(2)
+        for item in [r for r in running if r[2].poll() is not None]:
+            running.remove(item)
+            item[1].close()
+            print(f"{item[0].name}: " + ("trained" if item[2].returncode == 0 else
+                                         f"failed (exit {item[2].returncode}; see {item[0]}.log)"), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("runs/gpu_fault"))
@@ -87,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=32, help="prompts per step")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="a config override for every arm")
-    a = ap.parse_args(argv)
+    ap.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process with its own "
+                    "trainer service (a GPU has room for several runs of a small model; the runs do not interact)")
+    ap.add_argument("--only", default=None, help=argparse.SUPPRESS)  # one run's folder name: what --jobs starts
+    a = ap.parse_args(argv if argv is not None else sys.argv[1:])
 
     from evotrainer.bench.arms import check_seeds
     from evotrainer.bench.runner import arm_config, interval_text, train_runs
@@ -98,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     check_seeds(seeds)
     a.out.mkdir(parents=True, exist_ok=True)
     model = (a.model or smollm2(a.out / "smollm2")).resolve()
-    faulty = faulty_harness(a.out / "faulty_harness").resolve()
+    faulty = (a.out / "faulty_harness").resolve()
+    if a.only is None:  # written once by the parent: runs started with --only read it as it is
+        faulty_harness(faulty)
     common = [f"policy.model={model}", f"policy.device={a.device}", f"training.steps_per_phase={a.steps}",
               f"training.prompts_per_step={a.prompts}", *a.overrides]
     arms = {"static": ("static", [f"harness={faulty}"]), "evotrainer": ("evotrainer", [f"harness={faulty}"]),
@@ -107,7 +133,12 @@ def main(argv: list[str] | None = None) -> int:
                                              arm_config(base, seed, a.phases, None, [*common, *extra],
                                                         name=f"gpu-fault-{arm}-seed{seed}"))
                for arm, (base, extra) in arms.items() for seed in seeds}
-    outcomes = train_runs(planned, a.phases, Reporter())
+    if a.only is not None:
+        train_runs({a.out / a.only: planned[a.out / a.only]}, a.phases, Reporter())
+        return 0
+    if a.jobs > 1:
+        _train_at_once(planned, a.jobs, [*(argv if argv is not None else sys.argv[1:])])
+    outcomes = train_runs(planned, a.phases, Reporter())  # reuses the runs trained at once, trains what failed
     final = {(arm, seed): outcomes[a.out / f"{arm}-seed{seed}"]["final"] for arm in arms for seed in seeds}
     summary: dict = {"model": str(model), "device": a.device, "seeds": seeds, "phases": a.phases, "steps": a.steps,
                      "arms": {}}
