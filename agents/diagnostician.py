@@ -31,6 +31,7 @@ THRESHOLDS = {
     "truncation_rate": 0.10,
     "correct_truncated_rate": 0.05,
     "disagreement_rate": 0.03,
+    "disagreement_share": 0.5,  # of the right answers (or of the rewarded ones): scale-free when few are right
     "length_growth": 0.5,
 }
 
@@ -213,24 +214,34 @@ class HeuristicDiagnostician:
                       f"length budget: right answers that masking or penalties would punish.", span=0.4)
 
     def _disagreement(self, ev: PhaseEvidence) -> Diagnosis | None:
-        th = THRESHOLDS["disagreement_rate"]
         rows = ev.rollouts
         if not rows:
             return None
         rewards = [r["reward"] for r in rows]
-        if max(rewards) - min(rewards) < 1e-9:
-            # a reward that cannot tell right from wrong: at 0 (or below) it misses every verified answer, above 0 it
-            # credits every wrong one as much as a right one
-            false_pos = [r for r in rows if not r["verified"]] if rewards[0] > 0 else []
-            false_neg = [] if rewards[0] > 0 else [r for r in rows if r["verified"]]
-        else:
-            mid = (max(rewards) + min(rewards)) / 2
-            false_pos = [r for r in rows if r["reward"] > mid and not r["verified"]]
-            false_neg = [r for r in rows if r["reward"] <= mid and r["verified"]]
-        e = rate_evidence("reward_verified_disagreement", len(false_pos) + len(false_neg), len(rows), threshold=th)
-        if e.value <= th:
-            return None
+        low, high = min(rewards), max(rewards)
+        # rewarded: above the middle of the phase's reward range; a reward that cannot tell right from wrong (one
+        # value) rewards everything when that value is above 0, and nothing when it is not
+        def is_rewarded(r: dict) -> bool:
+            return r["reward"] > (low + high) / 2 if high - low >= 1e-9 else low > 0
+
+        rewarded = [r for r in rows if is_rewarded(r)]
+        false_pos = [r for r in rewarded if not r["verified"]]
+        false_neg = [r for r in rows if r["verified"] and not is_rewarded(r)]
+        e = rate_evidence("reward_verified_disagreement", len(false_pos) + len(false_neg), len(rows),
+                          threshold=THRESHOLDS["disagreement_rate"])
+        # A policy that is rarely right hides a blind reward in the overall rate (1% right, all unrewarded, is 1% of
+        # rollouts): the share of the right answers the reward misses, or of the rewarded ones that are wrong, shows
+        # it at any accuracy. A share leads when the overall rate stays under its threshold.
+        shares = [rate_evidence("unrewarded_share_of_correct", len(false_neg), sum(r["verified"] for r in rows),
+                                threshold=THRESHOLDS["disagreement_share"]),
+                  rate_evidence("wrong_share_of_rewarded", len(false_pos), len(rewarded),
+                                threshold=THRESHOLDS["disagreement_share"])]
         lenient = len(false_pos) >= len(false_neg)
+        if e.value <= e.threshold:
+            e = max((s for s in shares if s.n >= 20), key=lambda s: s.low, default=None)
+            if e is None or e.low <= e.threshold:
+                return None
+            lenient = e.name == "wrong_share_of_rewarded"
         kind = "rewarded but wrong (possible reward hack)" if lenient else "correct but unrewarded"
         # which reward components explain it: one that scores most rewarded-but-wrong rollouts above 0 (lenient), or
         # one that gives most correct-but-unrewarded ones 0 (strict), is the culprit
@@ -246,12 +257,14 @@ class HeuristicDiagnostician:
         which = "rewarded-but-wrong" if lenient else "correct-but-unrewarded"
         return Diagnosis(
             id="", layer="behavior", failure_mode="reward_disagreement",
-            statement=f"{e.value:.1%} of rollouts get a reward that disagrees with the verifier, mostly {kind} "
-                      f"({len(false_pos)} high-reward wrong, {len(false_neg)} low-reward correct)"
+            statement=f"{(len(false_pos) + len(false_neg)) / len(rows):.1%} of rollouts get a reward that disagrees "
+                      f"with the verifier, mostly {kind} ({len(false_pos)} of {len(rewarded)} rewarded ones wrong, "
+                      f"{len(false_neg)} of {shares[0].n} verified-correct ones unrewarded)"
                       + (f"; of the {which}, component {culprits}." if culprits else "."),
             evidence=[e, rate_evidence("rewarded_but_wrong", len(false_pos), len(rows)),
-                      rate_evidence("correct_but_unrewarded", len(false_neg), len(rows)), *per_component],
-            rollout_ids=_examples(false_pos + false_neg), severity=_severity(e.value, th, 0.2),
+                      rate_evidence("correct_but_unrewarded", len(false_neg), len(rows)),
+                      *(s for s in shares if s.name != e.name), *per_component],
+            rollout_ids=_examples(false_pos + false_neg), severity=_severity(e.value, e.threshold, 0.2),
             confidence=_confidence(e, "above"),
         )
 

@@ -124,3 +124,29 @@ def test_no_rewrite_without_a_component_the_evidence_names(tmp_path, case):
             r["reward_components"] = {"correct": 1.0 if r["verified"] else 0.0, "style": r["reward"]}
     d, _, edits = _repair(tmp_path, rows, harness)
     assert edits is None, d.statement
+
+
+@pytest.mark.parametrize("case", ["blind", "agrees", "too_few"])
+def test_a_blind_reward_is_seen_when_the_policy_is_rarely_right(tmp_path, case):
+    """1% of 3,840 rollouts right (the GPU fault run's SmolLM2 at temperature 1): a reward missing all but 2 of them
+    disagrees on 1% of rollouts, under the overall rate's 3%, but on 95% of the right answers."""
+    right = 40 if case != "too_few" else 12
+    groups = [[("5", False)] * 8 for _ in range(480)]
+    for i in range(right):
+        groups[i][0] = ("9", True)
+    rows = rollouts(groups)
+    for r in rows:
+        credited = r["verified"] and (case == "agrees" or r["group_id"] in {rows[0]["group_id"], rows[8]["group_id"]})
+        r["reward"] = float(credited)
+        r["reward_components"] = {"correct": r["reward"]}
+    repo = HarnessRepo.create(tmp_path / "harness", "math", str(faults.materialize("math", "reward_hacking",
+                                                                                       tmp_path / "f")))
+    found = {d.failure_mode: d for d in HeuristicDiagnostician().diagnose(_evidence(rows, repo))}
+    if case != "blind":
+        assert "reward_disagreement" not in found
+        return
+    d = found["reward_disagreement"]
+    seen = {e.name: e for e in d.evidence}
+    assert d.evidence[0].name == "unrewarded_share_of_correct" and d.evidence[0].value == 38 / 40
+    assert d.evidence[0].low > 0.5 and seen["misses_right:correct"].value == 1.0, d.statement
+    assert "38 of 40 verified-correct ones unrewarded" in d.statement
