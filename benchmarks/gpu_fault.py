@@ -18,8 +18,9 @@ Arms, each on the bench seeds given (the same seed, tasks and training streams f
 The policy is SmolLM2-135M-Instruct from the ``llm`` extra's GGUF (``evotrainer policy import``: nothing is
 downloaded), or ``--model PATH`` (any transformers folder with a chat template). Prints per arm the held-out accuracy
 per seed and minus static, paired per item and seed with a 95% interval, and recovery = (evotrainer - static) /
-(oracle - static); ``--out``/gpu_fault.json holds the figures. The device machines lack TRL, LangGraph and Chroma:
-carry their wheels (and this repository's own dependencies) and install them first.
+(oracle - static); ``--out``/gpu_fault.json holds the figures. ``--jobs 6`` trains the six runs at once (each its
+own process and trainer service; 406 s on an H200 at 3 x 30 steps). The device machines lack TRL, LangGraph, Chroma
+and the models: ``benchmarks/gpu_bundle.py`` packs them, and its docstring gives the four device calls.
 """
 
 from __future__ import annotations
