@@ -132,6 +132,9 @@ class Check(_Model):
     detail: str = ""
 
 
+NOT_JUDGED = "not_judged"  # git notes ref of a candidate left unjudged (another of its round passed first)
+
+
 class BacktestReport(_Model):
     branch: str
     candidate_sha: str

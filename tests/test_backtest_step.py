@@ -118,6 +118,34 @@ def test_a_candidate_that_cannot_be_judged_is_rejected_and_the_round_goes_on(rep
     assert verdicts(rd)[broken.branch]["reasons"] == bad.reasons
 
 
+def test_the_first_candidate_to_pass_ends_the_round(replay_only: RunDir) -> None:
+    """A phase promotes at most one candidate: one after the first to pass is not judged (no trial is spent on it,
+    and the promotion follows the Engineer's order, not the largest of several noisy margins); one before it that
+    failed keeps its verdict."""
+    rd = replay_only
+    rt = runtime(rd, TrainerClient(f"http://127.0.0.1:{free_port()}"))
+    try:
+        broken = knobs_folder(rt.repo)
+        first = candidate(rt.repo, "numeric-first", {"rewards.py": NUMERIC_REWARDS}, "rewards.correct")
+        second = candidate(rt.repo, "numeric-again", {"rewards.py": NUMERIC_REWARDS}, "rewards.correct")
+        state, reports = run_step(rt, [broken, first, second])
+    finally:
+        rt.close()
+    assert reports[broken.branch].verdict == "reject" and reports[first.branch].verdict == "promote"
+    events = [json.loads(line) for line in rd.events_path.read_text().splitlines()]
+    skipped = [e for e in events if e["kind"] == "not_judged"]
+    assert second.branch not in reports and [e["branch"] for e in skipped] == [second.branch], reports
+    assert first.branch in skipped[0]["reason"] and rt.repo.note(second.sha) is None
+    assert backtest.route(rd.load_config().evolution.max_engineer_rounds, state) == "promote"
+    # the harness log says why it has no verdict (not "pending", as if the run had stopped before judging it)
+    from evotrainer.report.history import harness_log, log_rows
+
+    entry = next(e for e in harness_log(rd) if e["branch"] == second.branch)
+    assert entry["state"] == entry["verdict"] == "not judged" and first.branch in entry["reasons"][0]
+    row = next(r for r in log_rows(rd) if r["branch"] == second.branch)
+    assert row["decided"].startswith("not judged: another candidate")
+
+
 class _Pausing:
     """A Backtester agent whose judging raises ``exc``, as the LLM one does when its budget is spent (RunPaused)."""
 

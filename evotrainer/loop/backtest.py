@@ -10,8 +10,11 @@ probe of the dev split, paired per task, at the level that holds the false-promo
 never a crash, and so is any other exception judging one candidate ("could not judge: <one line>",
 ``evotrainer.judge.checks.could_not_judge``): the other candidates are still judged and the run goes on. Only what stops
 the run on purpose passes through: a pause (``RunPaused``: an LLM budget spent; LangGraph's interrupts) and
-KeyboardInterrupt/SystemExit. Each report is stored as the candidate's ``backtest`` git note. Router ``route``: back
-to the Engineer (with the reasons) when nothing passed and rounds are left, else to promote.
+KeyboardInterrupt/SystemExit. Each report is stored as the candidate's ``backtest`` git note. Candidates are judged in
+the Engineer's order, and since a phase promotes at most one, the first to pass ends the round: the rest are not judged (a
+``not_judged`` event each), which saves their trials and promotes by a rule fixed before any trial ran, not the largest
+of several noisy margins (a winner's curse). Router ``route``: back to the Engineer (with the reasons) when nothing
+passed and rounds are left, else to promote.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import time
 
 from langgraph.errors import GraphBubbleUp
 
-from evotrainer.contracts import BacktestReport, Candidate, Check
+from evotrainer.contracts import NOT_JUDGED, BacktestReport, Candidate, Check
 from evotrainer.judge.checks import TRIAL, could_not_judge, judge, round_level, trial_verdict, with_check
 from evotrainer.loop.resume import trial_start
 from evotrainer.loop.runtime import Runtime
@@ -103,8 +106,16 @@ def step(rt: Runtime, state: RunState) -> dict:
     todo = state.round_candidates()
     no_effect = {sha: list(names) for sha, names in state.no_effect.items()}
     trial_lost = {sha: list(names) for sha, names in state.trial_lost.items()}
+    first_pass = None  # a phase promotes at most one candidate: the first to pass ends the round's judging
     with rt.reporter.progress(f"phase {state.phase}: backtesting", len(todo)) as bar:
         for i, cand in enumerate(todo):
+            if first_pass is not None:
+                why = (f"{first_pass} passed first (candidates are judged in the Engineer's order; a phase promotes "
+                       f"at most one)")
+                rt.repo.add_note(cand.sha, {"reason": why, "passed_first": first_pass}, ref=NOT_JUDGED)
+                rt.emit("not_judged", phase=state.phase, branch=cand.branch, reason=why)
+                bar(step=i + 1, total=len(todo))
+                continue
             t0 = time.time()
             try:
                 report = rt.agents.backtester.judge(cand, testbed)
@@ -117,6 +128,8 @@ def step(rt: Runtime, state: RunState) -> dict:
                     checks=[ch.model_dump(mode="json") for ch in report.checks], runtime_s=report.runtime_s,
                     sandbox=report.sandbox, agent="backtester", model=rt.cfg.agents.role("backtester").model)
             reports = [r for r in reports if r.branch != cand.branch] + [report]
+            if report.verdict == "promote":  # a phase promotes at most one (evolution.max_promotions_per_phase)
+                first_pass = cand.branch
             memory = {"no_effect": no_effect, "trial_lost": trial_lost}.get(not_worth_retrying(report))
             if memory is not None:  # run-level: the Engineer does not propose it again on this main
                 seen = memory.setdefault(cand.base_sha, [])

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 
-from evotrainer.contracts import PhaseResult
+from evotrainer.contracts import NOT_JUDGED, PhaseResult
 from evotrainer.harness.repo import HarnessRepo, parse_trailers
 from evotrainer.rundir import RunDir
 
@@ -69,15 +69,16 @@ def _candidates(rd: RunDir) -> list[tuple[dict, dict | None, dict | None]]:
         report = repo.note(sha, "backtest")
         effect = repo.note(sha, "effect")
         merged = repo.is_merged(branch)
-        verdict = report["verdict"] if report else "pending"
+        skipped = None if report else repo.note(sha, NOT_JUDGED)
+        verdict = report["verdict"] if report else NOT_JUDGED.replace("_", " ") if skipped else "pending"
         state = "promoted" if merged else ("rejected" if verdict == "reject" else
-                                           "passed, not promoted" if verdict == "promote" else "pending")
+                                           "passed, not promoted" if verdict == "promote" else verdict)
         out.append(({
             "phase": _phase_k(branch)[0], "branch": branch, "sha": sha, "state": state,
             "subject": message.splitlines()[0], "diagnosis": trailers.get("Diagnosis", ""),
             "hypothesis": trailers.get("Hypothesis", ""), "variable": trailers.get("Variable", ""),
             "expected": trailers.get("Expected", ""), "verdict": verdict,
-            "reasons": report["reasons"] if report else [],
+            "reasons": report["reasons"] if report else [skipped["reason"]] if skipped else [],
             "realized_effect": effect.get("summary") if effect else None,
         }, report, effect))
     return out
@@ -102,7 +103,8 @@ def decided(state: str, report: dict | None) -> str:
     reasons are the failed checks in order); for a pass, "promoted" (or "not promoted") and the A/B trial's gain in
     probe accuracy when one ran ("promoted, trial +3.1%"), else the report's summary."""
     if not report:
-        return "not judged yet"
+        return "not judged: another candidate of its round passed first" if state == "not judged" else \
+            "not judged yet"
     reasons = report.get("reasons") or []
     if report.get("verdict") == "reject":
         return reasons[0] if reasons else "rejected"
