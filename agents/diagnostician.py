@@ -231,7 +231,8 @@ class HeuristicDiagnostician:
                           threshold=THRESHOLDS["disagreement_rate"])
         # A policy that is rarely right hides a blind reward in the overall rate (1% right, all unrewarded, is 1% of
         # rollouts): the share of the right answers the reward misses, or of the rewarded ones that are wrong, shows
-        # it at any accuracy. A share leads when the overall rate stays under its threshold.
+        # it at any accuracy. A share leads when the overall rate stays under its threshold; a share on fewer than
+        # 20 rollouts is left out of the evidence (the Critic rejects a diagnosis resting on so few).
         shares = [rate_evidence("unrewarded_share_of_correct", len(false_neg), sum(r["verified"] for r in rows),
                                 threshold=THRESHOLDS["disagreement_share"]),
                   rate_evidence("wrong_share_of_rewarded", len(false_pos), len(rewarded),
@@ -263,7 +264,7 @@ class HeuristicDiagnostician:
                       + (f"; of the {which}, component {culprits}." if culprits else "."),
             evidence=[e, rate_evidence("rewarded_but_wrong", len(false_pos), len(rows)),
                       rate_evidence("correct_but_unrewarded", len(false_neg), len(rows)),
-                      *(s for s in shares if s.name != e.name), *per_component],
+                      *(s for s in shares if s.name != e.name and s.n >= 20), *per_component],
             rollout_ids=_examples(false_pos + false_neg), severity=_severity(e.value, e.threshold, 0.2),
             confidence=_confidence(e, "above"),
         )

@@ -150,3 +150,8 @@ def test_a_blind_reward_is_seen_when_the_policy_is_rarely_right(tmp_path, case):
     assert d.evidence[0].name == "unrewarded_share_of_correct" and d.evidence[0].value == 38 / 40
     assert d.evidence[0].low > 0.5 and seen["misses_right:correct"].value == 1.0, d.statement
     assert "38 of 40 verified-correct ones unrewarded" in d.statement
+    # and the Critic confirms it (the 2 rewarded rollouts are too few to be evidence of their own)
+    from agents.critic import HeuristicCritic
+
+    critique = HeuristicCritic().critique([d], _evidence(rows, repo), rounds_left=0)
+    assert [x.status for x in critique.diagnoses] == ["confirmed"], critique.diagnoses[0].critique
