@@ -15,6 +15,8 @@ threshold) becomes the diagnosis's confidence, which the Critic judges.
 
 from __future__ import annotations
 
+import math
+
 from agents.roles import PhaseEvidence
 from evotrainer.contracts import Diagnosis, MetricEvidence
 from evotrainer.metrics import accuracy_change, rate_evidence, ratio_evidence, wilson
@@ -71,7 +73,7 @@ class HeuristicDiagnostician:
     def diagnose(self, ev: PhaseEvidence) -> list[Diagnosis]:
         out: list[Diagnosis] = []
         prefix = f"d{ev.phase}"
-        for rule in (self._score, self._version, self._dead_groups, self._diluted, self._kept,
+        for rule in (self._score, self._version, self._decline, self._dead_groups, self._diluted, self._kept,
                      self._format, self._truncation, self._correct_truncated, self._disagreement, self._length):
             d = rule(ev)
             if d is not None:
@@ -121,6 +123,51 @@ class HeuristicDiagnostician:
                                      n=cur.n, threshold=0.0),
                       _before(prev)],
             severity=min(1.0, 0.5 + drop * 5), confidence=0.9,
+        )
+
+    def _decline(self, ev: PhaseEvidence) -> Diagnosis | None:
+        """Training made the policy worse at what it is rewarded for: on an unchanged harness, the share of
+        verified-correct training rollouts fell from the phase before, and the training reward fell with it (a
+        reward that rises while correctness falls is a hack: the disagreement rule's case). Read from the phases'
+        own rollouts, so it needs no accuracy to regress from (a policy that starts at 0% cannot regress) and no
+        dev score."""
+        if len(ev.results) < 2:
+            return None
+        prev, cur = ev.results[-2], ev.results[-1]
+        if prev.harness_sha != cur.harness_sha:
+            return None  # an edit trained in between: whether it hurt is the version rule's question
+        before, after = prev.train.get("verified_rate"), cur.train.get("verified_rate")
+        reward_before, reward_after = prev.train.get("reward_mean"), cur.train.get("reward_mean")
+        if None in (before, after, reward_before, reward_after) or reward_after >= reward_before:
+            return None
+        n_prev, n_cur = prev.completions, cur.completions
+        groups = [[r["verified"] for r in g] for g in groups_of(ev.rollouts).values()]
+        if min(n_prev, n_cur) < 20 * max(ev.knobs.group_size, 1) or len(groups) < 20:
+            return None
+        drop = before - after
+        # a group's completions share a prompt, so they are not independent: the binomial variance is scaled by the
+        # design effect this phase's groups show (the variance of group means over what independence would give)
+        rate = sum(map(sum, groups)) / sum(map(len, groups))
+        means = [sum(g) / len(g) for g in groups]
+        between = sum((m - rate) ** 2 for m in means) / (len(means) - 1) / len(means)
+        independent = rate * (1 - rate) / sum(map(len, groups))
+        deff = max(1.0, between / independent) if independent > 0 else float(ev.knobs.group_size)
+        se = math.sqrt(deff * (before * (1 - before) / n_prev + after * (1 - after) / n_cur))
+        low, high = drop - 1.96 * se, drop + 1.96 * se
+        if low <= 0:
+            return None
+        return Diagnosis(
+            id="", layer="score", failure_mode="training_decline",
+            statement=f"On an unchanged harness, verified-correct training rollouts fell to {after:.1%} from "
+                      f"{before:.1%} in phase {prev.phase} (95% CI of the drop {low:.1%} to {high:.1%}, design "
+                      f"effect {deff:.1f}), "
+                      f"and the training reward fell with them ({reward_before:.3f} -> {reward_after:.3f}): the "
+                      f"updates make the policy worse at what they reward, a step that overshoots.",
+            evidence=[MetricEvidence(name="training_verified_drop", value=drop, low=low, high=high, n=len(groups),
+                                     threshold=0.0),
+                      MetricEvidence(name="training_verified_before", value=before, low=before, high=before,
+                                     n=n_prev)],
+            severity=min(1.0, 0.5 + drop / max(before, 1e-9)), confidence=0.9,
         )
 
     # signal ---------------------------------------------------------------------------------------------------

@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agents.roles import EngineerContext, PhaseEvidence
 from agents.critic import HeuristicCritic
 from agents.diagnostician import HeuristicDiagnostician
 from agents.engineer import HeuristicEngineer
-from agents.playbook import for_domain
+from agents.playbook import find, for_domain
 from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, EvalResult, PhaseResult
 from evotrainer.domains import get_domain
 from evotrainer.harness.knobs import read_knobs
@@ -241,3 +242,37 @@ def test_a_collapse_gets_a_tenfold_lower_learning_rate_and_a_regression_a_halvin
     lr = read_knobs(repo.path).learning_rate
     assert proposed((0.40, 0.05)) == [("learning_rate_tenfold_lower", pytest.approx(lr / 10))]  # fell by 88%
     assert proposed((0.45, 0.35)) == [("lower_learning_rate", pytest.approx(lr / 2))]  # fell by 22%
+
+
+@pytest.mark.parametrize("case", ["decline", "hack", "edited", "noise"])
+def test_training_that_makes_the_policy_worse_is_named_without_an_accuracy_to_regress_from(repo, case):
+    """The divergence of the fault bench (learning rate 10x, a policy starting at 0% dev accuracy): the share of
+    verified-correct training rollouts fell 6.3% -> 4.8% over 15,360 completions a phase (seed 0), the reward with it.
+    Not when the reward rose (a hack), an edit trained in between, or the fall is within noise; the Engineer answers
+    with the learning rate tenfold lower and halved, the trial to choose."""
+    first, second = _result(1, 0.0), _result(2, 0.0)
+    after = {"noise": 0.060}.get(case, 0.0477)
+    first.train, first.completions = {"verified_rate": 0.0626, "reward_mean": 0.0626}, 15360
+    second.train = {"verified_rate": after, "reward_mean": 0.30 if case == "hack" else after}
+    second.completions = 15360
+    if case == "edited":
+        second.harness_sha = "1" * 40
+    ev = _evidence(dead_rows(), repo)
+    ev.results, ev.phase = [first, second], 2
+    found = {d.failure_mode: d for d in HeuristicDiagnostician().diagnose(ev)}
+    if case != "decline":
+        assert "training_decline" not in found and "accuracy_regression" not in found
+        return
+    d = found["training_decline"]
+    assert d.evidence[0].value == pytest.approx(0.0149) and d.evidence[0].low > 0 and d.evidence[0].n == 60
+    assert "6.3%" in d.statement and "4.8%" in d.statement
+    knobs = read_knobs(repo.path)
+    files = {name: repo.show_file("main", name) for name in HARNESS_FILES}
+    rates = {}
+    for name in ("learning_rate_tenfold_lower", "lower_learning_rate"):
+        intervention = find("math", name)
+        assert "training_decline" in intervention.answers
+        edited = intervention.edit(files, knobs, {"diagnosis": d})["harness.yaml"]
+        rates[name] = float(yaml.safe_load(edited)["learning_rate"])
+    assert rates == {"learning_rate_tenfold_lower": pytest.approx(knobs.learning_rate / 10),
+                     "lower_learning_rate": pytest.approx(knobs.learning_rate / 2)}
