@@ -72,10 +72,11 @@ def check_finished_run(run_dir: Path, phases: int, env: dict) -> dict:
             note = json.loads(repo.git.notes("--ref=backtest", "show", commit.parents[1].hexsha))
             assert note["verdict"] == "promote" and all(c["passed"] for c in note["checks"])
 
-    # the harness log agrees with the repo: every candidate judged, rejections kept with reasons
+    # the harness log agrees with the repo: every candidate judged (or not judged, saying why: another of its round
+    # passed first), rejections kept with reasons
     entries = json.loads(cli(["log", str(run_dir), "--json"], env).stdout)
     for e in entries:
-        assert e["verdict"] in ("promote", "reject") and e["reasons"], e
+        assert e["verdict"] in ("promote", "reject", "not judged") and e["reasons"], e
         assert e["diagnosis"] and e["hypothesis"] and e["variable"], e
         assert repo.is_ancestor(e["sha"], "main") == (e["state"] == "promoted")
         if e["state"] == "rejected":
@@ -122,7 +123,7 @@ def test_two_phase_run_through_the_real_trainer_service(tmp_path: Path, cli_env)
     # the loop evolved: a diagnosis was confirmed, a candidate committed, backtested with a note, and logged
     critiques = [e for e in events if e["kind"] == "node_end" and e["node"] == "critique"]
     assert any(status == "confirmed" for e in critiques for status, _ in e["verdicts"].values()), critiques
-    assert entries and all(e["verdict"] in ("promote", "reject") for e in entries), entries
+    assert entries and all(e["verdict"] in ("promote", "reject", "not judged") for e in entries), entries
     repo = git.Repo(run_dir / "harness")
     note = json.loads(repo.git.notes("--ref=backtest", "show", entries[0]["sha"]))
     assert note["branch"] == entries[0]["branch"] and note["checks"] and note["verdict"] == entries[0]["verdict"]
