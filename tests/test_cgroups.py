@@ -19,6 +19,7 @@ from sandbox import cgroups
 
 MIB = 1024 * 1024
 PID = str(os.getpid())
+OWN = 10**9  # a counter value this process never reaches (the suite makes real cgroups too: 77 was reached)
 
 
 def write(path: Path, text: str) -> Path:
@@ -48,15 +49,15 @@ def test_v1_sandbox_cgroups_are_children_of_the_own_cgroups_with_the_limits(tmp_
     memory.mkdir(parents=True)
     pids.mkdir(parents=True)
     (pids / "evotrainer-4194305-0").mkdir()  # left by a process that is gone (beyond any pid_max): removed
-    (pids / f"evotrainer-{PID}-77").mkdir()  # this process's: kept
+    (pids / f"evotrainer-{PID}-{OWN}").mkdir()  # this process's: kept
 
     group = cgroups.create(64 * MIB, 8, root=root)
     assert group is not None and group.version == 1
     assert group.dirs["pids"].parent == pids and group.dirs["memory"].parent == memory
-    assert group.dirs["pids"].name.startswith(f"evotrainer-{PID}-") and group.dirs["pids"].name != f"evotrainer-{PID}-77"
+    assert group.dirs["pids"].name.startswith(f"evotrainer-{PID}-") and group.dirs["pids"].name != f"evotrainer-{PID}-{OWN}"
     assert (group.dirs["pids"] / "pids.max").read_text() == "8"
     assert (group.dirs["memory"] / "memory.limit_in_bytes").read_text() == str(64 * MIB)
-    assert not (pids / "evotrainer-4194305-0").exists() and (pids / f"evotrainer-{PID}-77").is_dir()
+    assert not (pids / "evotrainer-4194305-0").exists() and (pids / f"evotrainer-{PID}-{OWN}").is_dir()
     assert sorted(group.procs_files) == sorted(str(d / "cgroup.procs") for d in group.dirs.values())
     # what the kernel counts, as it writes it
     write(group.dirs["pids"] / "pids.events", "max 3\n")
