@@ -54,7 +54,8 @@ def test_v1_sandbox_cgroups_are_children_of_the_own_cgroups_with_the_limits(tmp_
     group = cgroups.create(64 * MIB, 8, root=root)
     assert group is not None and group.version == 1
     assert group.dirs["pids"].parent == pids and group.dirs["memory"].parent == memory
-    assert group.dirs["pids"].name.startswith(f"evotrainer-{PID}-") and group.dirs["pids"].name != f"evotrainer-{PID}-{OWN}"
+    name = group.dirs["pids"].name
+    assert name.startswith(f"evotrainer-{PID}-") and name != f"evotrainer-{PID}-{OWN}"
     assert (group.dirs["pids"] / "pids.max").read_text() == "8"
     assert (group.dirs["memory"] / "memory.limit_in_bytes").read_text() == str(64 * MIB)
     assert not (pids / "evotrainer-4194305-0").exists() and (pids / f"evotrainer-{PID}-{OWN}").is_dir()
