@@ -298,8 +298,8 @@ GENERIC: list[Intervention] = [
         "rewards rambling", _knob("loss_type", lambda k: "dr_grpo" if k.loss_type == "grpo" else None)),
     Intervention(
         "lower_learning_rate", 120, ("accuracy_regression", "edit_regression", "training_decline"),
-        "harness.yaml:learning_rate", "verified_rate", "up", True, "the learning rate halves", "the last phase overshot",
-        _knob("learning_rate", lambda k: k.learning_rate / 2)),
+        "harness.yaml:learning_rate", "verified_rate", "up", True, "the learning rate halves",
+        "the last phase overshot", _knob("learning_rate", lambda k: k.learning_rate / 2)),
     Intervention(
         "learning_rate_tenfold_lower", 115, ("accuracy_regression", "training_decline"),
         "harness.yaml:learning_rate", "verified_rate", "up", True, "the learning rate drops tenfold",

@@ -36,8 +36,8 @@ PART = 60 * 2**20  # bytes per part: 64 MiB less the working tree (~1.6 MiB) and
 # environment holding only the image's packages); at the versions installed here
 WHEELS = """trl transformers datasets dill multiprocess gguf GitPython gitdb smmap langgraph langgraph-checkpoint
 langgraph-checkpoint-sqlite langgraph-prebuilt langgraph-sdk langchain-core langchain-protocol langsmith jsonpatch
-jsonpointer orjson ormsgpack uuid_utils zstandard requests-toolbelt tenacity chromadb overrides pybase64 opentelemetry-api
-opentelemetry-sdk opentelemetry-semantic-conventions opentelemetry-exporter-otlp-proto-grpc
+jsonpointer orjson ormsgpack uuid_utils zstandard requests-toolbelt tenacity chromadb overrides pybase64
+opentelemetry-api opentelemetry-sdk opentelemetry-semantic-conventions opentelemetry-exporter-otlp-proto-grpc
 opentelemetry-exporter-otlp-proto-common opentelemetry-exporter-otlp-proto-http opentelemetry-exporter-otlp-common
 opentelemetry-exporter-http-transport opentelemetry-proto googleapis-common-protos protobuf pydantic pydantic_core
 pydantic-settings typing-inspection annotated-types python-dotenv fastapi starlette python-multipart uvicorn jsonschema
