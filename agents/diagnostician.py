@@ -3,9 +3,11 @@
 The built-in (heuristic) Diagnostician computes a health report in four layers and turns each rule that fires
 into a Diagnosis carrying its figures with 95% intervals and example rollout ids:
 
-    score     dev accuracy against the best earlier phase or the starting policy (paired per dev task)
+    score     dev accuracy against the best earlier phase or the starting policy (paired per dev task); the
+              verified share of training rollouts falling on an unchanged harness, the reward with it
     signal    dead-group ratio, dead groups that still train, kept fraction
-    behavior  format failures, truncation, verified-correct-but-truncated, reward/verified disagreement,
+    behavior  format failures, truncation, verified-correct-but-truncated, reward/verified disagreement (overall,
+              and as the share of right answers unrewarded or of rewarded ones wrong; per reward component),
               completion-length trend
     version   accuracy lost right after a promoted harness edit
 
@@ -160,9 +162,9 @@ class HeuristicDiagnostician:
             id="", layer="score", failure_mode="training_decline",
             statement=f"On an unchanged harness, verified-correct training rollouts fell to {after:.1%} from "
                       f"{before:.1%} in phase {prev.phase} (95% CI of the drop {low:.1%} to {high:.1%}, design "
-                      f"effect {deff:.1f}), "
-                      f"and the training reward fell with them ({reward_before:.3f} -> {reward_after:.3f}): the "
-                      f"updates make the policy worse at what they reward, a step that overshoots.",
+                      f"effect {deff:.1f}), and the training reward fell with them ({reward_before:.3f} -> "
+                      f"{reward_after:.3f}): the updates make the policy worse at what they reward, a step that "
+                      f"overshoots.",
             evidence=[MetricEvidence(name="training_verified_drop", value=drop, low=low, high=high, n=len(groups),
                                      threshold=0.0),
                       MetricEvidence(name="training_verified_before", value=before, low=before, high=before,
