@@ -21,7 +21,7 @@ import math
 
 from agents.roles import PhaseEvidence
 from evotrainer.contracts import Diagnosis, MetricEvidence
-from evotrainer.metrics import accuracy_change, rate_evidence, ratio_evidence, wilson
+from evotrainer.metrics import accuracy_change, rate_evidence, ratio_evidence, unpaired_margin, wilson
 from evotrainer.rollouts import groups_of, is_dead
 
 CREDITS_WRONG = "credits_wrong:"  # evidence name prefix: the share of rewarded-but-wrong rollouts a component credits
@@ -154,8 +154,8 @@ class HeuristicDiagnostician:
         between = sum((m - rate) ** 2 for m in means) / (len(means) - 1) / len(means)
         independent = rate * (1 - rate) / sum(map(len, groups))
         deff = max(1.0, between / independent) if independent > 0 else float(ev.knobs.group_size)
-        se = math.sqrt(deff * (before * (1 - before) / n_prev + after * (1 - after) / n_cur))
-        low, high = drop - 1.96 * se, drop + 1.96 * se
+        half = math.sqrt(deff) * unpaired_margin(before, n_prev, after, n_cur)
+        low, high = drop - half, drop + half
         if low <= 0:
             return None
         return Diagnosis(

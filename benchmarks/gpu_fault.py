@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process with its own "
                     "trainer service (a GPU has room for several runs of a small model; the runs do not interact)")
     ap.add_argument("--only", default=None, help=argparse.SUPPRESS)  # one run's folder name: what --jobs starts
-    a = ap.parse_args(argv if argv is not None else sys.argv[1:])
+    args = argv if argv is not None else sys.argv[1:]
+    a = ap.parse_args(args)
 
     from evotrainer.bench.arms import check_seeds
     from evotrainer.bench.runner import arm_config, interval_text, train_runs
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         train_runs({a.out / a.only: planned[a.out / a.only]}, a.phases, Reporter())
         return 0
     if a.jobs > 1:
-        _train_at_once(planned, a.jobs, [*(argv if argv is not None else sys.argv[1:])])
+        _train_at_once(planned, a.jobs, args)
     outcomes = train_runs(planned, a.phases, Reporter())  # reuses the runs trained at once, trains what failed
     final = {(arm, seed): outcomes[a.out / f"{arm}-seed{seed}"]["final"] for arm in arms for seed in seeds}
     summary: dict = {"model": str(model), "device": a.device, "seeds": seeds, "phases": a.phases, "steps": a.steps,

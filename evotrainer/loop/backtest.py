@@ -11,10 +11,10 @@ never a crash, and so is any other exception judging one candidate ("could not j
 ``evotrainer.judge.checks.could_not_judge``): the other candidates are still judged and the run goes on. Only what stops
 the run on purpose passes through: a pause (``RunPaused``: an LLM budget spent; LangGraph's interrupts) and
 KeyboardInterrupt/SystemExit. Each report is stored as the candidate's ``backtest`` git note. Candidates are judged in
-the Engineer's order, and since a phase promotes at most one, the first to pass ends the round: the rest are not judged (a
-``not_judged`` event each), which saves their trials and promotes by a rule fixed before any trial ran, not the largest
-of several noisy margins (a winner's curse). Router ``route``: back to the Engineer (with the reasons) when nothing
-passed and rounds are left, else to promote.
+the Engineer's order, and since a phase promotes at most one, the first to pass ends the round: the rest are not
+judged (a ``not_judged`` event and git note each), which saves their trials and promotes by a rule fixed before any
+trial ran, not the largest of several noisy margins (a winner's curse). Router ``route``: back to the Engineer (with
+the reasons) when nothing passed and rounds are left, else to promote.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ from evotrainer.contracts import NOT_JUDGED, PhaseResult
 from evotrainer.harness.repo import HarnessRepo, parse_trailers
 from evotrainer.rundir import RunDir
 
+UNJUDGED = "not judged"  # the verdict and state of a candidate with a NOT_JUDGED note (another passed first)
+
 
 def phase_results(rd: RunDir) -> list[PhaseResult]:
     out = []
@@ -70,7 +72,7 @@ def _candidates(rd: RunDir) -> list[tuple[dict, dict | None, dict | None]]:
         effect = repo.note(sha, "effect")
         merged = repo.is_merged(branch)
         skipped = None if report else repo.note(sha, NOT_JUDGED)
-        verdict = report["verdict"] if report else NOT_JUDGED.replace("_", " ") if skipped else "pending"
+        verdict = report["verdict"] if report else UNJUDGED if skipped else "pending"
         state = "promoted" if merged else ("rejected" if verdict == "reject" else
                                            "passed, not promoted" if verdict == "promote" else verdict)
         out.append(({
@@ -103,8 +105,7 @@ def decided(state: str, report: dict | None) -> str:
     reasons are the failed checks in order); for a pass, "promoted" (or "not promoted") and the A/B trial's gain in
     probe accuracy when one ran ("promoted, trial +3.1%"), else the report's summary."""
     if not report:
-        return "not judged: another candidate of its round passed first" if state == "not judged" else \
-            "not judged yet"
+        return f"{UNJUDGED}: another candidate of its round passed first" if state == UNJUDGED else "not judged yet"
     reasons = report.get("reasons") or []
     if report.get("verdict") == "reject":
         return reasons[0] if reasons else "rejected"
