@@ -70,3 +70,27 @@ def test_the_config_carries_eval_samples_to_the_trainer():
     assert EvalRequest.make(C.parse({}), "runs/x", "ckpt").training.eval_samples == 0  # greedy by default
     with pytest.raises(C.ConfigError, match="eval_samples"):
         C.apply_overrides(C.parse({}), ["training.eval_samples=-1"])
+
+
+def test_eval_batch_size_sets_the_generate_calls_and_leaves_greedy_scores_alone(policy, monkeypatch):
+    """``training.eval_batch_size`` is read wherever a checkpoint is scored (evaluate_as_configured): it decides how
+    many completions each generate call holds (a throughput knob), never a greedy score."""
+    from evotrainer.trainer.model import evaluate_as_configured
+
+    model, tokenizer, domain, rd = policy
+    tasks = rd.dev_tasks()[:40]
+    calls: list[int] = []
+    generate = model.generate
+
+    def counted(**kw):
+        calls.append(kw["input_ids"].shape[0])
+        return generate(**kw)
+
+    monkeypatch.setattr(model, "generate", counted)
+    scored = {}
+    for size in (7, 40):
+        cfg = C.apply_overrides(C.parse({}), [f"training.eval_batch_size={size}"])
+        calls.clear()
+        scored[size] = evaluate_as_configured(model, tokenizer, domain, tasks, "cpu", cfg.training, cfg.policy)
+        assert max(calls) == size and sum(calls) == len(tasks), calls
+    assert scored[7].items == scored[40].items and scored[7].n == len(tasks)

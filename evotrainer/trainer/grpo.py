@@ -43,7 +43,7 @@ from evotrainer.rollouts import group_stats, level_history, read_rollouts, write
 from evotrainer.trainer.dashboards import phase_runs, trl_args
 from evotrainer.trainer.generation import grpo_args
 from evotrainer.trainer.hooks import HarnessHooks, lr_multiplier, make_trainer_class
-from evotrainer.trainer.model import evaluate, load_policy, resolve_device, uses_chat
+from evotrainer.trainer.model import evaluate_as_configured, load_policy, resolve_device, uses_chat
 from evotrainer.trainer.ranks import rank, world
 from evotrainer.trainer.wire import PhaseRequest, PilotResult
 
@@ -279,8 +279,8 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
     hooks, logs, rd = out.hooks, out.logs, out.rd
 
     progress({"stage": "eval", "step": req.steps, "total": req.steps})
-    held_out, dev = (evaluate(out.model, out.tokenizer, out.domain, tasks, req.training.eval_max_new_tokens, out.device,
-                              samples=req.training.eval_samples, chat=req.policy.chat)
+    held_out, dev = (evaluate_as_configured(out.model, out.tokenizer, out.domain, tasks, out.device, req.training,
+                                            req.policy)
                      for tasks in (rd.eval_tasks(), rd.dev_tasks()))
     rollout_path = rd.rollout_file(req.phase)
     write_rollouts(hooks.rollouts, rollout_path)
@@ -371,8 +371,8 @@ def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotRe
     if req.probe_size or req.counterfactual:
         progress({"stage": "probe", "step": req.steps, "total": req.steps})
         tasks = rd.dev_tasks() if req.counterfactual else rd.probe_tasks(req.probe_size)
-        probe = evaluate(trained.model, trained.tokenizer, trained.domain, tasks, req.training.eval_max_new_tokens,
-                         trained.device, samples=req.training.eval_samples, chat=req.policy.chat)
+        probe = evaluate_as_configured(trained.model, trained.tokenizer, trained.domain, tasks, trained.device,
+                                       req.training, req.policy)
     return PilotResult(harness_sha=req.harness_sha, steps=req.steps, replicate=req.replicate, rollout_path=str(out),
                        completions=len(trained.hooks.rollouts), stats=group_stats([r.model_dump() for r in trained.hooks.rollouts]), probe=probe,
                        wall_time_s=round(time.time() - t0, 2), sandbox_attempts=trained.attempts)

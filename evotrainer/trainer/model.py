@@ -88,6 +88,13 @@ def eval_prompt(tokenizer, domain, task: dict, chat: bool) -> str:
                                          add_generation_prompt=True, tokenize=False)
 
 
+def evaluate_as_configured(model, tokenizer, domain, tasks: list[dict], device: str, training, policy) -> EvalResult:
+    """:func:`evaluate` with the run's settings (``training.eval_*``, ``policy.chat``): the one way a phase, a trial's
+    probe and ``POST /evaluate`` score a checkpoint, so they cannot disagree on how."""
+    return evaluate(model, tokenizer, domain, tasks, training.eval_max_new_tokens, device,
+                    batch_size=training.eval_batch_size, samples=training.eval_samples, chat=policy.chat)
+
+
 def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, device: str,
              batch_size: int = 128, samples: int = 0, seed: int = 0, chat: str = "auto") -> EvalResult:
     """Held-out evaluation with the evaluator's canonical prompt and verifier.

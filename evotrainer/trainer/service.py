@@ -144,7 +144,7 @@ def create_app(token: str | None = None) -> FastAPI:
     def evaluate_checkpoint(req: EvalRequest) -> dict:
         from evotrainer.domains import get_domain
         from evotrainer.rundir import RunDir
-        from evotrainer.trainer.model import PolicyLoadError, evaluate, load_policy, resolve_device
+        from evotrainer.trainer.model import PolicyLoadError, evaluate_as_configured, load_policy, resolve_device
 
         if jobs.active is not None:  # one job owns the accelerator at a time
             raise HTTPException(409, f"busy with job {jobs.active}")
@@ -155,9 +155,8 @@ def create_app(token: str | None = None) -> FastAPI:
         except PolicyLoadError as err:
             raise HTTPException(422, str(err)) from None
         model.to(dev)
-        result = evaluate(model, tokenizer, get_domain(req.domain), RunDir(req.run_dir).tasks(req.split),
-                          req.training.eval_max_new_tokens, dev, samples=req.training.eval_samples,
-                          chat=req.policy.chat)
+        result = evaluate_as_configured(model, tokenizer, get_domain(req.domain), RunDir(req.run_dir).tasks(req.split),
+                                        dev, req.training, req.policy)
         return result.model_dump(mode="json")
 
     @app.post("/shutdown")
