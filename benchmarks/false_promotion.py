@@ -21,7 +21,7 @@ trial passes. Rounds differ by phase number, so each one draws other tasks and s
 round, and the rates. ``--first K`` starts at round K + 1, so more rounds on the same run directory add new draws.
 
     python benchmarks/false_promotion.py [--rounds 40] [--per-round 3] [--first 0] [--steps 20] [--seeds 2]
-        [--probe N] [--null seeds | --edit 'KEY: VALUE'] [--run-dir DIR]
+        [--probe N] [--null seeds | --edit 'KEY: VALUE'] [--run-dir DIR] [--init CHECKPOINT]
 """
 
 from __future__ import annotations
@@ -62,7 +62,12 @@ def main() -> None:
     ap.add_argument("--null", choices=["seeds", "noise"], default="seeds")
     ap.add_argument("--edit", default=None, help="'KEY: VALUE' of harness.yaml: measure power, not the null")
     ap.add_argument("--run-dir", type=Path, default=None, help="reuse a run directory (default: a fresh one)")
+    ap.add_argument("--init", type=Path, default=None, help="the checkpoint both arms train from (default: the run's "
+                    "starting policy). The loop's trials start from a phase's checkpoint, e.g. RUN/checkpoints/"
+                    "phase-0001 after `evotrainer run RUN --phases 1`")
     a = ap.parse_args()
+    if a.init and not (a.init / "config.json").is_file():
+        sys.exit(f"--init {a.init}: not a checkpoint folder (no config.json); a phase's is RUN/checkpoints/phase-0001")
     seeds_null = a.null == "seeds" and not a.edit
     if a.per_round is None:
         a.per_round = 3 if seeds_null else 1
@@ -81,7 +86,8 @@ def main() -> None:
     rd = RunDir(a.run_dir or Path(tempfile.mkdtemp(prefix="false-promotion-")) / "run")
     if not rd.exists():
         rd.init(C.parse({}), log=print)
-    base = rd.ensure_policy(log=print)
+    base = str(a.init.resolve()) if a.init else rd.ensure_policy(log=print)
+    print(f"both arms train from {base}", flush=True)
     cfg = rd.load_config()
     training = cfg.training  # the run's batch, as its phases and trials use it
     a.probe = a.probe or cfg.backtest.probe_size

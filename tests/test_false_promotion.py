@@ -39,3 +39,9 @@ def test_main_against_itself_prints_each_trial_the_rate_and_the_gate_s_margin(tm
     assert summary, out.stdout[-1000:]
     assert float(summary[1]) == pytest.approx(sum(gains) / 4, abs=2e-4)
     assert float(summary[3]) == pytest.approx(sum(margins) / 4, abs=2e-4) and float(summary[3]) >= 0
+
+
+def test_init_must_be_a_checkpoint_folder(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "false_promotion.py"), "--init",
+                          str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "not a checkpoint folder (no config.json)" in out.stderr, out.stderr[-500:]
