@@ -4,7 +4,8 @@ The built-in Critic confirms a diagnosis when its interval clears the threshold 
 rests on enough units (groups, rollouts or tasks); it rejects one whose evidence is thin, saying why. A
 diagnosis whose estimate crosses the threshold while its interval straddles it is borderline: if evidence
 rounds are left, the Critic sends the batch back to the Diagnostician with more phases in view; otherwise it
-rejects it as unproven. Confirmed diagnoses are ranked by severity x confidence and capped.
+rejects it as unproven. Confirmed diagnoses are ranked (``agents.roles.urgency``: harm to the policy, then a reward
+that disagrees with the verifier, then the rest, by severity x confidence within each) and capped.
 
 :class:`LLMCritic` (``agents.critic.model`` set to an LLM) challenges each diagnosis with its own queries, and may
 propose a diagnostics metric that becomes a gate on later candidates once validated.
@@ -16,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agents.roles import Critique, MetricProposal, PhaseEvidence
+from agents.roles import Critique, MetricProposal, PhaseEvidence, urgency
 from agents.evidence_tools import EvidenceTools, ToolCall, investigate
 from agents.llm import LLMRole, UseBuiltin
 from evotrainer.contracts import Diagnosis
@@ -53,7 +54,7 @@ def ranked(out: list[Diagnosis], max_confirmed: int, more_evidence: bool) -> Cri
     """The critique: back for more evidence, or the top ``max_confirmed`` confirmed by severity x confidence."""
     if more_evidence:
         return Critique(diagnoses=out, needs_more_evidence=True)
-    confirmed = sorted((d for d in out if d.status == "confirmed"), key=lambda d: -d.severity * d.confidence)
+    confirmed = sorted((d for d in out if d.status == "confirmed"), key=urgency)
     for d in confirmed[max_confirmed:]:
         d.status, d.critique = "rejected", f"outranked: only the top {max_confirmed} go to the Engineer"
     return Critique(diagnoses=out)

@@ -1,6 +1,6 @@
 """Engineer: turns each confirmed diagnosis into one single-variable candidate commit on its own branch.
 
-For each confirmed diagnosis (most severe first) the built-in Engineer asks the Librarian's skills first —
+For each confirmed diagnosis (most urgent first: ``agents.roles.urgency``) the built-in Engineer asks the Librarian's skills first —
 interventions that won before for this failure mode, ranked by wins — then falls back to the playbook order
 (``agents.playbook.for_domain(ctx.domain)``: the generic edits plus the domain's own). It skips interventions
 already tried this phase, rejected as "no effect" on this same main in an earlier phase, already present in the
@@ -14,7 +14,7 @@ is committed, by any Engineer.
 
 from __future__ import annotations
 
-from agents.roles import EngineerContext
+from agents.roles import EngineerContext, urgency
 from agents.playbook import Intervention, for_domain, layer_of
 from evotrainer.contracts import Candidate, Diagnosis, Skill
 from evotrainer.harness.repo import HARNESS_FILES
@@ -48,7 +48,7 @@ class HeuristicEngineer:
         files = {name: ctx.repo.show_file(ctx.base_sha, name) for name in HARNESS_FILES}
         out: list[Candidate] = []
         used = set(ctx.tried) | set(ctx.no_effect) | set(ctx.trial_lost)
-        confirmed = sorted((d for d in diagnoses if d.status == "confirmed"), key=lambda d: -d.severity)
+        confirmed = sorted((d for d in diagnoses if d.status == "confirmed"), key=urgency)
         for d in confirmed:
             if len(out) >= self.max_candidates:
                 break

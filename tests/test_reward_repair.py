@@ -155,3 +155,34 @@ def test_a_blind_reward_is_seen_when_the_policy_is_rarely_right(tmp_path, case):
 
     critique = HeuristicCritic().critique([d], _evidence(rows, repo), rounds_left=0)
     assert [x.status for x in critique.diagnoses] == ["confirmed"], critique.diagnoses[0].critique
+
+
+def test_a_reward_that_disagrees_with_the_verifier_is_repaired_before_the_signals_it_distorts(tmp_path):
+    """Format failures and a lenient reward, equally severe: the Engineer's first candidate (the one the trials, which
+    stop at the first to pass, judge first) rewrites the lenient component, not a format reward on top of it; the
+    Critic's cap keeps the disagreement; harm to the policy (the score layer) would come before both."""
+    from agents.critic import HeuristicCritic
+    from agents.engineer import HeuristicEngineer
+    from agents.roles import EngineerContext, urgency
+    from evotrainer.rollouts import level_history
+
+    rows = rollouts([[("9", True), ("9.", False), ("9.", False), ("5.", False)] * 2 for _ in range(60)])
+    for r in rows:
+        r["reward"] = float(r["completion"].startswith("9"))  # "9." credited: the substring reward of the fault
+        r["reward_components"] = {"correct": r["reward"]}
+    repo = HarnessRepo.create(tmp_path / "harness", "math", str(faults.materialize("math", "reward_hacking",
+                                                                                 tmp_path / "faulty")))
+    ev = _evidence(rows, repo)
+    found = HeuristicDiagnostician().diagnose(ev)
+    by_mode = {d.failure_mode: d for d in found}
+    assert {"format_failures", "reward_disagreement"} <= set(by_mode)
+    assert by_mode["format_failures"].severity >= by_mode["reward_disagreement"].severity  # not won on severity
+    capped = HeuristicCritic(max_confirmed=1).critique(found, ev, 0).diagnoses
+    assert [d.failure_mode for d in capped if d.status == "confirmed"] == ["reward_disagreement"]
+    ctx = EngineerContext(phase=1, round=1, repo=repo, base_sha=repo.sha("main"), knobs=ev.knobs, domain="math",
+                          level_stats=level_history(rows))
+    cands = HeuristicEngineer().propose(HeuristicCritic().critique(found, ev, 0).diagnoses, ctx, {})
+    assert [c.intervention for c in cands][:2] == ["verifier_aligned_reward", "format_reward"]
+    harm = by_mode["format_failures"].model_copy(update={"layer": "score", "failure_mode": "training_decline",
+                                                         "severity": 0.1})
+    assert sorted([by_mode["reward_disagreement"], harm], key=urgency)[0] is harm
