@@ -4,8 +4,8 @@ The built-in Critic confirms a diagnosis when its interval clears the threshold 
 rests on enough units (groups, rollouts or tasks); it rejects one whose evidence is thin, saying why. A
 diagnosis whose estimate crosses the threshold while its interval straddles it is borderline: if evidence
 rounds are left, the Critic sends the batch back to the Diagnostician with more phases in view; otherwise it
-rejects it as unproven. Confirmed diagnoses are ranked (``agents.roles.urgency``: harm to the policy, then a reward
-that disagrees with the verifier, then the rest, by severity x confidence within each) and capped.
+rejects it as unproven. Confirmed diagnoses are ranked (``agents.roles.urgency``: a reward that disagrees with the
+verifier first, then by severity x confidence) and capped.
 
 :class:`LLMCritic` (``agents.critic.model`` set to an LLM) challenges each diagnosis with its own queries, and may
 propose a diagnostics metric that becomes a gate on later candidates once validated.

@@ -24,12 +24,12 @@ OBJECTIVE_MODES = frozenset({"reward_disagreement"})  # the reward disagrees wit
 
 def urgency(d: Diagnosis) -> tuple[int, float]:
     """What a repair must answer first (the Critic's ranking and the Engineer's order, so the trials, which stop at
-    the first candidate to pass, judge in it): harm being done to the policy (the score and version layers: training
-    or the last edit makes it worse), then a reward that disagrees with the verifier (every signal derived from the
-    reward, dead groups and format failures included, is measured against the wrong objective until it is fixed,
-    and shaping added on top of it leaves the defect in place), then the rest; by severity x confidence within each."""
-    tier = 0 if d.layer in ("score", "version") else 1 if d.failure_mode in OBJECTIVE_MODES else 2
-    return tier, -d.severity * d.confidence
+    the first candidate to pass, judge in it): a reward that disagrees with the verifier, since every signal derived
+    from the reward (dead groups and format failures included) is measured against the wrong objective until it is
+    fixed, and shaping added on top of it leaves the defect in place; then the rest by severity x confidence. Harm to
+    the policy (an accuracy regression) is no tier of its own: it is a symptom, and what answers it depends on its
+    cause (a learning rate, or a curriculum that starves the levels that regress)."""
+    return (0 if d.failure_mode in OBJECTIVE_MODES else 1), -d.severity * d.confidence
 
 
 @dataclass

@@ -160,7 +160,7 @@ def test_a_blind_reward_is_seen_when_the_policy_is_rarely_right(tmp_path, case):
 def test_a_reward_that_disagrees_with_the_verifier_is_repaired_before_the_signals_it_distorts(tmp_path):
     """Format failures and a lenient reward, equally severe: the Engineer's first candidate (the one the trials, which
     stop at the first to pass, judge first) rewrites the lenient component, not a format reward on top of it; the
-    Critic's cap keeps the disagreement; harm to the policy (the score layer) would come before both."""
+    Critic's cap keeps the disagreement, and it outranks an accuracy regression (a symptom of whatever cause)."""
     from agents.critic import HeuristicCritic
     from agents.engineer import HeuristicEngineer
     from agents.roles import EngineerContext, urgency
@@ -183,6 +183,5 @@ def test_a_reward_that_disagrees_with_the_verifier_is_repaired_before_the_signal
                           level_stats=level_history(rows))
     cands = HeuristicEngineer().propose(HeuristicCritic().critique(found, ev, 0).diagnoses, ctx, {})
     assert [c.intervention for c in cands][:2] == ["verifier_aligned_reward", "format_reward"]
-    harm = by_mode["format_failures"].model_copy(update={"layer": "score", "failure_mode": "training_decline",
-                                                         "severity": 0.1})
-    assert sorted([by_mode["reward_disagreement"], harm], key=urgency)[0] is harm
+    regression = by_mode["format_failures"].model_copy(update={"layer": "score", "failure_mode": "accuracy_regression"})
+    assert sorted([regression, by_mode["reward_disagreement"]], key=urgency)[0] is by_mode["reward_disagreement"]
