@@ -51,7 +51,7 @@ class HeuristicCritic:
 
 
 def ranked(out: list[Diagnosis], max_confirmed: int, more_evidence: bool) -> Critique:
-    """The critique: back for more evidence, or the top ``max_confirmed`` confirmed by severity x confidence."""
+    """The critique: back for more evidence, or the top ``max_confirmed`` confirmed, in order of ``urgency``."""
     if more_evidence:
         return Critique(diagnoses=out, needs_more_evidence=True)
     confirmed = sorted((d for d in out if d.status == "confirmed"), key=urgency)
