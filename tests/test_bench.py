@@ -169,6 +169,14 @@ def test_a_bench_folder_made_with_other_settings_is_refused_before_anything_trai
     renamed = arm_config("static", 0, 2, None, [*small, "training.steps_per_phase=500"])
     renamed = renamed.model_copy(update={"name": "x"})
     check_same_settings(made, renamed)
+    # a static run reads none of the evolving loop's settings: a bench that differs only there shares it; an
+    # evolving run does read them
+    check_same_settings(made, arm_config("static", 0, 2, None, [*small, "training.steps_per_phase=500",
+                                                                 "evolution.max_engineer_rounds=1"]))
+    evolving = RunDir(tmp_path / "bench" / run_dir_name("evotrainer", 0))
+    evolving.init(arm_config("evotrainer", 0, 2, None, small), log=lambda _: None)
+    with pytest.raises(C.ConfigError, match=r"evolution.max_engineer_rounds 2 \(this bench: 1\)"):
+        check_same_settings(evolving, arm_config("evotrainer", 0, 2, None, [*small, "evolution.max_engineer_rounds=1"]))
 
 
 def test_a_task_mix_file_reaches_every_arm_s_training_pool_and_held_out_split(tmp_path):

@@ -58,9 +58,14 @@ def check_same_settings(rd: RunDir, expected: config_mod.Config) -> None:
     """A run already in the bench folder must have been made with this bench's settings (the phase budget aside:
     raising it trains every arm on; and the run's name, a label), or the arms would no longer share data, model and
     budget: one line if not. So a run made by hand with an arm's settings (``evotrainer init --config``) and copied
-    in as ``<arm>-seed<N>`` is one of the bench's runs."""
+    in as ``<arm>-seed<N>`` is one of the bench's runs. A static run never reads the evolving loop's settings (its
+    mode aside), so benches that differ only there (``--set evolution.KEY=VALUE``) can share their static runs, copied
+    in."""
     have, want = (_dotted(c.model_dump(mode="json")) for c in (rd.load_config(), expected))
-    differ = sorted(k for k in have.keys() | want.keys() if k not in ("phases", "name") and have.get(k) != want.get(k))
+    static = have.get("evolution.mode") == want.get("evolution.mode") == "static"
+    unread = {k for k in have.keys() | want.keys() if static and k.startswith("evolution.") and k != "evolution.mode"}
+    differ = sorted(k for k in have.keys() | want.keys()
+                    if k not in ("phases", "name", *unread) and have.get(k) != want.get(k))
     if differ:
         shown = ", ".join(f"{k} {have.get(k)!r} (this bench: {want.get(k)!r})" for k in differ[:3])
         more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
