@@ -277,6 +277,10 @@ def test_the_repairing_commit_is_the_first_trained_promotion_that_changed_the_ov
     assert fb.repair(rd, "truncation", 3) == {"commit": None, "at_end": "faulty", "end_ref": "main"}
     filters = repo.read("main", "filters.py") + "\n# keep every rollout\n"
     _promote(rd, repo, 1, 1, {"filters.py": filters})
+    # ... and one in the defect's own file that leaves its planted line as it was: no repair either
+    faulty = repo.read("main", "harness.yaml")
+    _promote(rd, repo, 1, 2, {"harness.yaml": faulty.replace("temperature: 1.0 ", "temperature: 0.9 ")})
+    assert fb.repair(rd, "truncation", 3)["commit"] is None
     fixed = _promote(rd, repo, 2, 1, {"harness.yaml": clean_yaml})
     repo.tag("phase-3", "main", "harness that trained phase 3")
     undone = clean_yaml.replace("max_completion_length: 8", "max_completion_length: 2")
@@ -293,6 +297,13 @@ def test_the_repairing_commit_is_the_first_trained_promotion_that_changed_the_ov
     assert fb._repair_text(got).startswith("candidates/phase-1-1 ") and fb._repair_text(got).endswith(
         "(after phase 1: harness.yaml), at the end changed")
     assert fb.repair(RunDir(tmp_path / "none"), "truncation", 3) is None
+
+
+def test_a_defect_s_planted_lines_are_its_own_and_not_its_self_tests():
+    assert fb.planted("truncation") == {"harness.yaml": [
+        "max_completion_length: 2       # generation budget in tokens (characters for the tiny policy)"]}
+    lenient = fb.planted("reward_hacking")
+    assert list(lenient) == ["rewards.py"] and lenient["rewards.py"]  # the overlay's tests are not the defect
 
 
 # --- the report --------------------------------------------------------------------------------------------------

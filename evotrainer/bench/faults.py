@@ -22,8 +22,9 @@ have this bench's settings). What is measured, per defect:
 * **diagnosis**: whether a diagnosis the Critic confirmed (events.jsonl: the ``diagnose`` node's diagnoses, the
   ``critique`` node's verdicts) named the defect's mechanism, the failure modes of the card's ``Mechanism:`` line
   (``evotrainer.harness.faults.mechanism``), and after which phase first;
-* **repairing commit**: the first promotion into main that changed one of the overlay's files (the merge's diff
-  against main before it) and trained within the bench (promoted after phase p < the bench's phases), and the
+* **repairing commit**: the first promotion into main that changed one of the defect's planted lines (the lines of
+  its overlay files, self-tests aside, that the clean seed lacks: :func:`planted`; an edit elsewhere in the same
+  file repairs nothing) and trained within the bench (promoted after phase p < the bench's phases), and the
   state at the end: the overlay's files in the harness that trained the last phase (tag ``phase-<phases>``) equal
   the clean seed's (``clean``), the faulty overlay's (``faulty``) or neither (``changed``: edited, not restored).
 
@@ -149,12 +150,39 @@ def diagnosis(events: Iterable[dict], mechanism: list[str], phases: int) -> dict
     return found
 
 
+def planted(fault: str, domain: str = "math") -> dict[str, list[str]]:
+    """The defect's own lines: per overlay file, the stripped lines the clean seed's file lacks. Self-tests
+    (``tests/``) are left out when the overlay has other files: a test that accepts the defect is not the defect."""
+    from collections import Counter
+
+    from evotrainer.harness.repo import seed_dir
+
+    files = catalogue.overlay(fault)
+    kept = [f for f in files if not f.startswith("tests/")] or files
+    seed, out = seed_dir(domain), {}
+    for f in kept:
+        clean = Counter(_lines((seed / f).read_text() if (seed / f).is_file() else ""))
+        out[f] = list((Counter(_lines((catalogue.fault_dir(fault) / f).read_text())) - clean).elements())
+    return out
+
+
+def _lines(text: str | None) -> list[str]:
+    return [line.strip() for line in (text or "").splitlines() if line.strip()]
+
+
+def _planted_left(repo, ref: str, lines: dict[str, list[str]]) -> int:
+    """How many of the planted lines the harness at ``ref`` still holds."""
+    from collections import Counter
+
+    return sum(sum((Counter(want) & Counter(_lines(repo.read(ref, f)))).values()) for f, want in lines.items())
+
+
 def repair(rd: RunDir, fault: str, phases: int) -> dict[str, Any] | None:
     """Which promotion removed the defect from the run's harness, and what the harness that trained last holds.
 
     ``commit``: the first promotion into main (a ``promoted`` event, after phase p < ``phases``, so it trained
-    within the bench) whose merge changed one of the defect's overlay files (``{sha, branch, phase, files}``), or
-    None. ``at_end``: the overlay's files in the harness that trained the bench's last phase (tag
+    within the bench) whose merge changed one of the defect's planted lines (:func:`planted`: main before it held
+    more of them than after; ``{sha, branch, phase, files}``, files the overlay files it changed), or None. ``at_end``: the overlay's files in the harness that trained the bench's last phase (tag
     ``phase-<phases>``; main when there is no such tag) are the clean seed's (``clean``), the faulty overlay's
     (``faulty``), or neither (``changed``). None for a folder without a run (no harness repo)."""
     from evotrainer.harness.repo import HarnessRepo, seed_dir
@@ -163,12 +191,15 @@ def repair(rd: RunDir, fault: str, phases: int) -> dict[str, Any] | None:
         return None
     repo = HarnessRepo(rd.harness)
     files = catalogue.overlay(fault)
+    lines = planted(fault, rd.load_config().domain)
     commit = None
     for e in rd.events.read("promoted"):
         if e.get("phase", 0) >= phases or not e.get("main_sha"):
             continue
         merge = repo.commit(e["main_sha"])
-        touched = sorted(set(repo.changed_files(merge.parents[0], merge.sha)) & set(files)) if merge.parents else []
+        if not merge.parents or _planted_left(repo, merge.sha, lines) >= _planted_left(repo, merge.parents[0], lines):
+            continue
+        touched = sorted(set(repo.changed_files(merge.parents[0], merge.sha)) & set(files))
         if touched:
             commit = {"sha": merge.sha, "branch": e.get("branch"), "phase": e["phase"], "files": touched}
             break
@@ -355,7 +386,7 @@ def markdown(summary: dict) -> str:
               "when oracle - static is <= 0 or its interval reaches 0.",
               "- a confirmed diagnosis named the mechanism: a diagnosis the Critic confirmed whose failure mode is one "
               "of the card's Mechanism line, and after which phase first; otherwise what was confirmed instead.",
-              "- repairing commit: the first promotion into main that changed one of the defect's overlay files and "
-              "trained within the bench; at the end: the overlay's files in the harness that trained the last phase "
+              "- repairing commit: the first promotion into main that changed one of the defect's planted lines (those "
+              "of its overlay the clean seed lacks) and trained within the bench; at the end: the overlay's files in the harness that trained the last phase "
               "are the clean seed's (clean), the faulty overlay's (faulty) or neither (changed)."]
     return "\n".join(lines) + "\n"
