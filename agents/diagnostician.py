@@ -8,7 +8,8 @@ into a Diagnosis carrying its figures with 95% intervals and example rollout ids
     signal    dead-group ratio, dead groups that still train, kept fraction
     behavior  format failures, truncation, verified-correct-but-truncated, reward/verified disagreement (overall,
               and as the share of right answers unrewarded or of rewarded ones wrong; per reward component),
-              completion-length trend
+              completion-length trend, the policy's entropy falling within the phase with no reward gain (a
+              step that overshoots)
     version   accuracy lost right after a promoted harness edit
 
 Rules fire on the point estimate crossing a threshold; how sure the evidence is (the interval against the
@@ -21,7 +22,8 @@ import math
 
 from agents.roles import PhaseEvidence
 from evotrainer.contracts import Diagnosis, MetricEvidence
-from evotrainer.metrics import accuracy_change, rate_evidence, ratio_evidence, unpaired_margin, wilson
+from evotrainer.metrics import (accuracy_change, quarter_shift, rate_evidence, ratio_evidence, unpaired_margin,
+                                wilson)
 from evotrainer.rollouts import groups_of, is_dead
 
 CREDITS_WRONG = "credits_wrong:"  # evidence name prefix: the share of rewarded-but-wrong rollouts a component credits
@@ -37,6 +39,7 @@ THRESHOLDS = {
     "disagreement_rate": 0.03,
     "disagreement_share": 0.5,  # of the right answers (or of the rewarded ones): scale-free when few are right
     "length_growth": 0.5,
+    "entropy_drop": 0.10,  # of the first quarter's entropy, within one phase, with no reward gain to show for it
 }
 
 
@@ -76,7 +79,8 @@ class HeuristicDiagnostician:
         out: list[Diagnosis] = []
         prefix = f"d{ev.phase}"
         for rule in (self._score, self._version, self._decline, self._dead_groups, self._diluted, self._kept,
-                     self._format, self._truncation, self._correct_truncated, self._disagreement, self._length):
+                     self._format, self._truncation, self._correct_truncated, self._disagreement, self._length,
+                     self._collapse):
             d = rule(ev)
             if d is not None:
                 d.id = f"{prefix}-{len(out) + 1}"
@@ -335,4 +339,33 @@ class HeuristicDiagnostician:
             evidence=[MetricEvidence(name="completion_length_growth", value=growth, low=growth, high=growth,
                                      n=len(ev.rollouts), threshold=th)],
             severity=_severity(growth, th, 1.0), confidence=0.5,
+        )
+
+    def _collapse(self, ev: PhaseEvidence) -> Diagnosis | None:
+        """The policy sharpened without being rewarded for it: within the phase, its entropy in the last quarter of
+        the steps fell by more than ``entropy_drop`` of the first quarter's (the interval clearing 0), while the
+        reward did not rise (its interval reaches 0 or below). Healthy RL sharpens as the reward rises; a step
+        that overshoots sharpens on noise. Read within one phase from the trainer's per-step log, so it needs
+        neither a second phase on an unchanged harness nor an accuracy to regress from."""
+        entropy = quarter_shift(ev.current.trajectory.get("entropy", []))
+        reward = quarter_shift(ev.current.trajectory.get("reward", []))
+        th = THRESHOLDS["entropy_drop"]
+        if entropy is None or reward is None or entropy[0] <= 0:
+            return None
+        start, end, low, high = entropy
+        drop = (start - end) / start
+        if drop <= th or high >= 0 or reward[2] > 0:
+            return None
+        e = MetricEvidence(name="entropy_drop", value=drop, low=-high / start, high=-low / start,
+                           n=len(ev.current.trajectory["entropy"]), threshold=th)
+        return Diagnosis(
+            id="", layer="behavior", failure_mode="entropy_collapse",
+            statement=f"Within phase {ev.current.phase} the policy's entropy fell by {drop:.0%} ({start:.3f} in the "
+                      f"first quarter of its steps -> {end:.3f} in the last; 95% CI of the fall {e.low:.0%} to "
+                      f"{e.high:.0%}) while the training reward did not rise ({reward[0]:.3f} -> {reward[1]:.3f}): "
+                      f"the policy grows certain without being rewarded for it, as when each update overshoots "
+                      f"(learning rate {ev.knobs.learning_rate:g}).",
+            evidence=[e, MetricEvidence(name="reward_shift", value=reward[1] - reward[0], low=reward[2],
+                                        high=reward[3], n=len(ev.current.trajectory["reward"]))],
+            severity=_severity(drop, th, 0.3), confidence=_confidence(e, "above"),
         )

@@ -241,10 +241,11 @@ COLLAPSE = 0.25  # a fall of this share of the best earlier dev accuracy, or mor
 def _tenfold_lower(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     """A tenfold lower learning rate, for a collapse: the diagnosis's dev accuracy drop is at least ``COLLAPSE`` of
     the accuracy it fell from (a smaller regression gets halving, ``lower_learning_rate``); and for training that
-    makes the policy worse on an unchanged harness (``training_decline``), whose size says nothing about how far the
-    step overshoots: halving and the tenfold move are both tried, and the trial decides."""
+    makes the policy worse on an unchanged harness (``training_decline``) or grow certain without reward
+    (``entropy_collapse``), whose size says nothing about how far the step overshoots: halving and the tenfold move
+    are both tried, and the trial decides."""
     d = ctx.get("diagnosis")
-    if d is not None and d.failure_mode == "training_decline":
+    if d is not None and d.failure_mode in ("training_decline", "entropy_collapse"):
         return _knob("learning_rate", lambda k: k.learning_rate / 10)(files, knobs, ctx)
     seen = {e.name: e.value for e in (d.evidence if d else [])}
     drop, before = seen.get("dev_accuracy_drop"), seen.get("dev_accuracy_before")
@@ -297,14 +298,15 @@ GENERIC: list[Intervention] = [
         "normalising by each completion's length penalises a long wrong completion less per token, which "
         "rewards rambling", _knob("loss_type", lambda k: "dr_grpo" if k.loss_type == "grpo" else None)),
     Intervention(
-        "lower_learning_rate", 120, ("accuracy_regression", "edit_regression", "training_decline"),
+        "lower_learning_rate", 120, ("accuracy_regression", "edit_regression", "training_decline", "entropy_collapse"),
         "harness.yaml:learning_rate", "verified_rate", "up", True, "the learning rate halves",
         "the last phase overshot", _knob("learning_rate", lambda k: k.learning_rate / 2)),
     Intervention(
-        "learning_rate_tenfold_lower", 115, ("accuracy_regression", "training_decline"),
+        "learning_rate_tenfold_lower", 115, ("accuracy_regression", "training_decline", "entropy_collapse"),
         "harness.yaml:learning_rate", "verified_rate", "up", True, "the learning rate drops tenfold",
         f"a phase that lost a large share of dev accuracy (a collapse, {COLLAPSE:.0%} or more of the best earlier "
-        "accuracy), or training that makes the policy worse on an unchanged harness, may overshoot by far more than "
+        "accuracy), training that makes the policy worse on an unchanged harness, or a policy growing certain "
+        "without reward, may overshoot by far more than "
         "a factor of two; halving would leave it unstable for another phase (learning rates are searched on a log "
         "scale)", _tenfold_lower),
 ]

@@ -20,16 +20,22 @@ from evotrainer.harness.repo import HarnessRepo
 
 
 OBJECTIVE_MODES = frozenset({"reward_disagreement"})  # the reward disagrees with the verifier (agents/diagnostician.py)
+# the update itself overshoots (agents/diagnostician.py): the policy falls on an unchanged harness, or grows certain
+# without reward
+OVERSHOOT_MODES = frozenset({"training_decline", "entropy_collapse"})
 
 
 def urgency(d: Diagnosis) -> tuple[int, float]:
     """What a repair must answer first (the Critic's ranking and the Engineer's order, so the trials, which stop at
     the first candidate to pass, judge in it): a reward that disagrees with the verifier, since every signal derived
     from the reward (dead groups and format failures included) is measured against the wrong objective until it is
-    fixed, and shaping added on top of it leaves the defect in place; then the rest by severity x confidence. Harm to
-    the policy (an accuracy regression) is no tier of its own: it is a symptom, and what answers it depends on its
-    cause (a learning rate, or a curriculum that starves the levels that regress)."""
-    return (0 if d.failure_mode in OBJECTIVE_MODES else 1), -d.severity * d.confidence
+    fixed, and shaping added on top of it leaves the defect in place; then an update that overshoots (the rollouts'
+    own evidence of it, not a fall in accuracy), since every later signal is measured on a policy the step damages
+    and shaping added under it trains at the same step; then the rest by severity x confidence. Harm to the policy
+    (an accuracy regression) is no tier of its own: it is a symptom, and what answers it depends on its cause (a
+    learning rate, or a curriculum that starves the levels that regress)."""
+    tier = 0 if d.failure_mode in OBJECTIVE_MODES else 1 if d.failure_mode in OVERSHOOT_MODES else 2
+    return tier, -d.severity * d.confidence
 
 
 @dataclass

@@ -75,6 +75,10 @@ class PhaseResult(_Model):
     sandbox_attempts: list[dict] = Field(
         default_factory=list, description="what harness code tried in the sandbox while training (denied): "
         "{kind, what, where, op}")
+    trajectory: dict[str, list[float]] = Field(
+        default_factory=dict, description="per logged optimizer step, in order: reward, entropy, grad_norm, kl, "
+        "learning_rate, completion_length, zero_std_groups (the share of the step's groups without reward spread); "
+        "how the phase moved within itself, which its means hide")
 
 
 Layer = Literal["score", "signal", "behavior", "version"]

@@ -264,6 +264,19 @@ def gain_over_stream(arm: dict[int, float], baseline: dict[int, list[float]], le
             "run_sd": math.sqrt(within / df_within), "seeds": len(seeds)}
 
 
+def quarter_shift(series: list[float], z: float = 1.96) -> tuple[float, float, float, float] | None:
+    """How a per-step series moved within a phase: (mean of its first quarter, of its last quarter, and the normal
+    interval of last minus first from the two quarters' spreads, low and high). Neighbouring steps are correlated,
+    so the interval is optimistic; rules that read it also ask for a size. None for fewer than 8 steps."""
+    if len(series) < 8:
+        return None
+    q = len(series) // 4
+    first, last = series[:q], series[-q:]
+    a, b = sum(first) / q, sum(last) / q
+    half = z * math.sqrt((stdev(first) ** 2 + stdev(last) ** 2) / q)
+    return a, b, b - a - half, b - a + half
+
+
 def unpaired_margin(a0: float, n0: int, a1: float, n1: int, z: float = 1.96) -> float:
     """Half-width of the normal interval of a difference of two rates (``a1 - a0``, measured on n1 and n0 items):
     the one margin used wherever two accuracies cannot be paired per item."""

@@ -199,6 +199,9 @@ def test_the_optimizer_state_carries_into_the_next_phase(run_dir):
     # constant schedule: no decay inside a phase, the harness's own rate throughout
     rate = parse_knobs(repo.show_file("main", "harness.yaml")).learning_rate
     assert carried.train["learning_rate"] == pytest.approx(rate)
+    # the phase keeps its per-step log (what its means hide): one value per step, in order
+    assert carried.trajectory["learning_rate"] == pytest.approx([rate, rate])
+    assert len(carried.trajectory["entropy"]) == len(carried.trajectory["reward"]) == 2
 
 
 def test_a_reward_weight_that_names_no_component_is_refused_in_training_and_replay():

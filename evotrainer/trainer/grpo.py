@@ -49,6 +49,10 @@ from evotrainer.trainer.wire import PhaseRequest, PilotResult
 
 Progress = Callable[[dict[str, Any]], None]
 OPTIMIZER_STATE = "optimizer.pt"  # AdamW's moments, saved with a phase's checkpoint for the next phase
+# What a phase keeps of TRL's per-step log (PhaseResult.trajectory): its name there -> TRL's key.
+TRAJECTORY = {"reward": "reward", "entropy": "entropy", "grad_norm": "grad_norm", "kl": "kl",
+              "learning_rate": "learning_rate", "completion_length": "completions/mean_length",
+              "zero_std_groups": "frac_reward_zero_std"}
 
 
 def sample_tasks(pool: list[dict], weights: dict[str, float], n: int, rng: random.Random) -> list[dict]:
@@ -307,6 +311,7 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
     result = PhaseResult(
         phase=req.phase, harness_sha=req.harness_sha, steps=req.steps,
         train={k: v for k, v in train.items() if v is not None},
+        trajectory={name: [round(v, 6) for v in logs[key]] for name, key in TRAJECTORY.items() if logs.get(key)},
         eval=held_out, dev=dev, rollout_path=str(rollout_path), checkpoint_path=str(ckpt),
         wall_time_s=round(time.time() - t0, 2), tokens=hooks.tokens, completions=len(hooks.rollouts),
         skipped_batches=hooks.skipped_batches, sandbox_attempts=out.attempts,
