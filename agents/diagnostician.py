@@ -72,6 +72,17 @@ def _before(result) -> MetricEvidence:
     return MetricEvidence(name="dev_accuracy_before", value=result.accuracy, low=low, high=high, n=result.n)
 
 
+def growing_certain(trajectory: dict[str, list[float]], threshold: float):
+    """The entropy-collapse rule's condition on a phase's per-step log: the entropy's and the reward's
+    ``quarter_shift`` when the entropy's last quarter is below its first by more than ``threshold`` of it (the
+    interval clear of 0) and the reward's shift is not clear of 0 upwards; None otherwise."""
+    entropy, reward = quarter_shift(trajectory.get("entropy", [])), quarter_shift(trajectory.get("reward", []))
+    if entropy is None or reward is None or entropy[0] <= 0:
+        return None
+    start, end, _, high = entropy
+    return (entropy, reward) if (start - end) / start > threshold and high < 0 and reward[2] <= 0 else None
+
+
 class HeuristicDiagnostician:
     name = "heuristic"
 
@@ -347,15 +358,11 @@ class HeuristicDiagnostician:
         reward did not rise (its interval reaches 0 or below). Healthy RL sharpens as the reward rises; a step
         that overshoots sharpens on noise. Read within one phase from the trainer's per-step log, so it needs
         neither a second phase on an unchanged harness nor an accuracy to regress from."""
-        entropy = quarter_shift(ev.current.trajectory.get("entropy", []))
-        reward = quarter_shift(ev.current.trajectory.get("reward", []))
         th = THRESHOLDS["entropy_drop"]
-        if entropy is None or reward is None or entropy[0] <= 0:
+        if (shifts := growing_certain(ev.current.trajectory, th)) is None:
             return None
-        start, end, low, high = entropy
+        (start, end, low, high), reward = shifts
         drop = (start - end) / start
-        if drop <= th or high >= 0 or reward[2] > 0:
-            return None
         e = MetricEvidence(name="entropy_drop", value=drop, low=-high / start, high=-low / start,
                            n=len(ev.current.trajectory["entropy"]), threshold=th)
         return Diagnosis(
