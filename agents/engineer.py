@@ -2,7 +2,9 @@
 
 For each confirmed diagnosis (most urgent first: ``agents.roles.urgency``) the built-in Engineer asks the
 Librarian's skills first — interventions that won before for this failure mode, ranked by wins — then falls back to
-the playbook order (``agents.playbook.for_domain(ctx.domain)``: the generic edits plus the domain's own). It skips
+the playbook order (``agents.playbook.for_domain(ctx.domain)``: the generic edits plus the domain's own), where an
+edit whose ``cause`` the evidence shows (the harness produces the diagnosis in a way the edit undoes, e.g. a
+curriculum withholding levels while the sampled ones are dead) goes first: a cause before shaping that masks it. It skips
 interventions already tried this phase, rejected as "no effect" on this same main in an earlier phase, already
 present in the harness, known to lose (skills with uses but no wins), or needing a pilot run when pilots are off.
 The edit is committed on ``candidates/phase-N-k`` from ``main`` with the hypothesis and trailers; nothing touches
@@ -26,9 +28,14 @@ class HeuristicEngineer:
     def __init__(self, max_candidates: int = 3):
         self.max_candidates = max_candidates
 
-    def ranked(self, d: Diagnosis, skills: list[Skill], domain: str) -> list[tuple[Intervention, list[str]]]:
-        """Interventions for a diagnosis: winning skills first, then the domain's playbook; losers last."""
+    def ranked(self, d: Diagnosis, skills: list[Skill], domain: str, evidence: tuple | None = None
+               ) -> list[tuple[Intervention, list[str]]]:
+        """Interventions for a diagnosis: winning skills first, then the domain's playbook, those whose ``cause``
+        the evidence (``(files, knobs, ctx)``, as an edit gets it) shows ahead of the rest; losers last."""
         playbook = for_domain(domain)
+        if evidence is not None:
+            playbook = sorted(playbook, key=lambda i: not (i.cause and d.failure_mode in i.answers
+                                                           and i.cause(*evidence)))
         by_name = {i.name: i for i in playbook}
         known = [s for s in skills if s.intervention in by_name]
         winners = sorted((s for s in known if s.wins > 0), key=lambda s: (-s.wins / max(s.uses, 1), -s.wins))
@@ -51,12 +58,13 @@ class HeuristicEngineer:
         for d in confirmed:
             if len(out) >= self.max_candidates:
                 break
-            for intervention, skill_ids in self.ranked(d, skills.get(d.id, []), ctx.domain):
+            seen = {"level_stats": ctx.level_stats, "diagnosis": d}
+            for intervention, skill_ids in self.ranked(d, skills.get(d.id, []), ctx.domain, (files, ctx.knobs, seen)):
                 if intervention.name in used or (intervention.needs_pilot and not ctx.pilot):
                     continue
                 if ctx.escalation and layer_of(intervention.variable) in ctx.avoid_layers:
                     continue  # escalated: a layer not edited during the stall
-                edits = intervention.edit(files, ctx.knobs, {"level_stats": ctx.level_stats, "diagnosis": d})
+                edits = intervention.edit(files, ctx.knobs, seen)
                 if not edits:
                     continue
                 used.add(intervention.name)

@@ -44,6 +44,9 @@ class Intervention:
     summary: str
     because: str
     edit: Callable[[Files, Knobs, dict], Files | None]  # None = not applicable to these files
+    # True when the evidence shows the harness causes the diagnosis in a way this edit undoes (so it goes ahead of
+    # the playbook's order for it: a cause before shaping that would mask its symptom); same arguments as ``edit``
+    cause: Callable[[Files, Knobs, dict], bool] | None = None
 
     def hypothesis(self, d: Diagnosis) -> str:
         return (f"If {self.summary}, {self.target_metric} goes {self.direction}, because {self.because} "
@@ -224,6 +227,18 @@ def _reweight_curriculum(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     return {"harness.yaml": text} if changed else None
 
 
+def _withheld_levels(files: Files, knobs: Knobs, ctx: dict) -> bool:
+    """The curriculum withholds levels: the harness names levels the phase never sampled (weight 0), while every
+    level it did sample has dead groups beyond the Diagnostician's threshold, so the dead groups come from what the
+    curriculum picks."""
+    from agents.diagnostician import THRESHOLDS
+
+    levels = ctx.get("level_stats") or {}
+    withheld = [lv for lv, w in knobs.curriculum_weights.items() if w <= 0 and lv not in levels]
+    dead = [st["dead_group_ratio"] for st in levels.values()]
+    return bool(withheld) and bool(dead) and min(dead) > THRESHOLDS["dead_group_ratio"]
+
+
 def _knob(key: str, compute: Callable[[Knobs], float | int | str | None]):
     def edit(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
         value = compute(knobs)
@@ -269,7 +284,7 @@ GENERIC: list[Intervention] = [
         "reweight_curriculum", 30, ("dead_groups",), "harness.yaml:curriculum_weights", "dead_group_ratio",
         "down", False, "levels are sampled in proportion to their share of groups with reward spread (a level "
         "the phase never sampled gets weight 1.0)", "levels that are all solved or all failed give no GRPO signal, and "
-        "a level never sampled cannot be judged", _reweight_curriculum),
+        "a level never sampled cannot be judged", _reweight_curriculum, cause=_withheld_levels),
     Intervention(
         "mask_truncated", 60, ("truncation", "length_growth"), "harness.yaml:mask_truncated_completions",
         "trained_truncated_rate", "down", False, "truncated completions are masked out of the loss",

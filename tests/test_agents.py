@@ -221,6 +221,34 @@ def test_reweighting_a_curriculum_gives_a_level_it_never_sampled_a_weight(repo):
     assert 0 < weights["3"] < 1.0  # the sampled level, weighted by its share of groups with spread
 
 
+@pytest.mark.parametrize("withheld", [True, False])
+def test_a_curriculum_that_withholds_levels_is_repaired_before_shaping_the_dead_groups(repo, withheld):
+    """Dead groups on the only levels the curriculum samples (two of four here, the others weigh 0): the cause is
+    what the curriculum picks, so restoring the withheld levels is the Engineer's first answer to them, ahead of
+    filters and partial credit that would only mask the symptom. With every level sampled the playbook's order
+    stands."""
+    from agents.playbook import set_yaml_entry
+
+    weights = {"1": 0.0, "2": 1.0, "3": 1.0, "4": 0.0} if withheld else {"1": 1.0, "2": 1.0, "3": 1.0, "4": 1.0}
+    text = repo.show_file("main", "harness.yaml")
+    for level, weight in weights.items():
+        text = set_yaml_entry(text, "curriculum_weights", level, str(weight))
+    if withheld:
+        repo.commit_candidate("setup", repo.sha("main"), {"harness.yaml": text}, "weights", "why", {})
+        repo.promote("setup", "weights", "why", {})
+    rows = dead_rows() if not withheld else [dict(r, difficulty="2" if i % 16 < 8 else "3")
+                                             for i, r in enumerate(dead_rows())]
+    ev = _evidence(rows, repo)
+    ev.knobs = ev.knobs.model_copy(update={"curriculum_weights": weights})
+    found = HeuristicCritic().critique(HeuristicDiagnostician().diagnose(ev), ev, 0).diagnoses
+    dead = [d for d in found if d.failure_mode == "dead_groups"]
+    assert dead and dead[0].status == "confirmed"
+    ctx = EngineerContext(phase=1, round=1, repo=repo, base_sha=repo.sha("main"), knobs=ev.knobs, domain="math",
+                          level_stats=level_history(rows), pilot=True)
+    cands = HeuristicEngineer().propose(dead, ctx, {})
+    assert cands[0].intervention == ("reweight_curriculum" if withheld else "drop_zero_variance_groups")
+
+
 def test_a_collapse_gets_a_tenfold_lower_learning_rate_and_a_regression_a_halving(repo):
     # the same Diagnostician rule; what the Engineer does follows the size of the fall relative to where it fell from
     def proposed(accuracies):
