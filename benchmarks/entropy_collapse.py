@@ -42,7 +42,7 @@ def phases(run: Path, steps_per_phase: int) -> dict[int, dict[str, list[float]]]
     if results and all(r.trajectory.get("entropy") for r in results):
         return {r.phase: r.trajectory for r in results}
     rows = _logged_steps(run)
-    judged = any(rd.events.read(kind) for kind in ("trial", "counterfactual"))
+    judged = any(next(rd.events.read(kind), None) for kind in ("trial", "counterfactual"))
     out = {}
     for p in range(1, (1 if judged else len(results)) + 1):
         chunk = rows[(p - 1) * steps_per_phase: p * steps_per_phase]
