@@ -363,8 +363,9 @@ class HeuristicDiagnostician:
             return None
         (start, end, low, high), reward = shifts
         drop = (start - end) / start
+        # what the interval must clear is 0 (the fall is real); the size threshold only keeps small real falls out
         e = MetricEvidence(name="entropy_drop", value=drop, low=-high / start, high=-low / start,
-                           n=len(ev.current.trajectory["entropy"]), threshold=th)
+                           n=len(ev.current.trajectory["entropy"]), threshold=0.0)
         return Diagnosis(
             id="", layer="behavior", failure_mode="entropy_collapse",
             statement=f"Within phase {ev.current.phase} the policy's entropy fell by {drop:.0%} ({start:.3f} in the "
