@@ -1,9 +1,11 @@
-"""The tools an LLM Diagnostician or Critic reads a phase with: SQL over rollouts and scalars, samples, registry,
-history.
+"""The tools an LLM Diagnostician or Critic reads a phase with: SQL over rollouts, scalars and steps, samples,
+registry, history.
 
-    sql       DuckDB over two tables: ``rollouts`` (every phase's parquet file, one row per completion, with a
-              ``rollout_id`` = group_id/sample_idx) and ``scalars`` (phase, name, value: the trainer's logged
-              figures per phase and dev accuracy, overall and per level)
+    sql       DuckDB over three tables: ``rollouts`` (every phase's parquet file, one row per completion, with a
+              ``rollout_id`` = group_id/sample_idx), ``scalars`` (phase, name, value: the trainer's logged
+              figures per phase and dev accuracy, overall and per level) and ``steps`` (phase, step, name, value:
+              the trainer's per-step log within each phase, ``PhaseResult.trajectory``: reward, entropy,
+              grad_norm, learning_rate, ...)
     sample    rollouts by id, or by a WHERE clause over ``rollouts``: prompt, completion, reward, verified, ...
     registry  main's diagnostics registry on the phase's rollouts (each metric's value and alert threshold)
     history   the run so far: per-phase accuracy, and every candidate edit with its verdict and realized effect
@@ -37,7 +39,7 @@ class ToolCall(BaseModel):
     action: Literal["sql", "sample", "registry", "history", "answer"] = Field(
         description="sql: run `query`; sample: show rollouts by `ids`, or matching `query` (a WHERE clause); "
         "registry / history: read them; answer: give the final answer now")
-    query: str = Field("", description="SQL for sql (tables rollouts, scalars); a WHERE clause for sample")
+    query: str = Field("", description="SQL for sql (tables rollouts, scalars, steps); a WHERE clause for sample")
     ids: list[str] = Field(default_factory=list, description="rollout ids (group_id/sample_idx) for sample")
 
 
@@ -59,6 +61,10 @@ class EvidenceTools:
         rows = [(p, n, v) for p, figures in self._scalars() for n, v in figures.items()]
         if rows:
             self.con.executemany("INSERT INTO scalars VALUES (?, ?, ?)", rows)
+        self.con.execute("CREATE TABLE steps (phase BIGINT, step BIGINT, name VARCHAR, value DOUBLE)")
+        per_step = [(r.phase, i + 1, n, v) for r in results for n, vs in r.trajectory.items() for i, v in enumerate(vs)]
+        if per_step:
+            self.con.executemany("INSERT INTO steps VALUES (?, ?, ?, ?)", per_step)
         self.con.execute("SET enable_external_access = false")
         self.con.execute("SET lock_configuration = true")
         self.ids = {r[0] for r in self.con.execute("SELECT rollout_id FROM rollouts").fetchall()}
@@ -163,12 +169,14 @@ class EvidenceTools:
     def schema(self) -> str:
         """The tables' columns, for the prompt."""
         out = []
-        for table in ("rollouts", "scalars"):
+        for table in ("rollouts", "scalars", "steps"):
             cols = self.con.execute(f"DESCRIBE {table}").fetchall()
             out.append(f"{table}({', '.join(f'{c[0]} {c[1]}' for c in cols)})")
         names = [r[0] for r in self.con.execute("SELECT DISTINCT name FROM scalars ORDER BY 1").fetchall()]
         n = self.con.execute("SELECT count(*) FROM rollouts").fetchone()[0]
-        return "\n".join(out) + f"\nrollouts has {n} rows; scalars names: {', '.join(names)}"
+        steps = [r[0] for r in self.con.execute("SELECT DISTINCT name FROM steps ORDER BY 1").fetchall()]
+        return "\n".join(out) + (f"\nrollouts has {n} rows; scalars names: {', '.join(names)}; steps names: "
+                                 f"{', '.join(steps) or 'none'}")
 
     def close(self) -> None:
         self.con.close()

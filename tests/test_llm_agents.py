@@ -98,6 +98,22 @@ def test_diagnostician_queries_then_cites_figures_the_data_holds(tmp_path, repo)
     assert isinstance(revived, MetricEvidence) and revived.query == "" and revived.value == 0.75
 
 
+def test_the_per_step_log_is_a_table_the_llm_roles_can_query_and_cite(tmp_path, repo):
+    """What the entropy-collapse rule reads (the trainer's per-step log) is evidence an LLM role can read too: the
+    ``steps`` table, named in the schema its prompt shows, and a figure from it holds when cited."""
+    from agents.evidence_tools import EvidenceTools
+
+    ev = evidence(tmp_path, repo)
+    ev.results[0].trajectory = {"entropy": [0.7, 0.6, 0.5, 0.4], "reward": [0.1, 0.1, 0.1, 0.1]}
+    tools = EvidenceTools.from_evidence(ev)
+    assert "steps(phase BIGINT, step BIGINT, name VARCHAR, value DOUBLE)" in tools.schema()
+    assert "steps names: entropy, reward" in tools.schema()
+    query = "SELECT avg(value) FROM steps WHERE name = 'entropy' AND step > 2"
+    assert tools.query(query)[1] == [(pytest.approx(0.45),)]
+    assert tools.holds(query, 0.45) is None and tools.holds(query, 0.7) is not None
+    tools.close()
+
+
 def test_diagnostician_samples_by_id_and_by_where_reads_registry_and_history(tmp_path, repo):
     """Each tool's result is what the next request hands the model: the rows asked for, main's registry, the run's
     history (dev accuracy per phase, from the starting policy on)."""
