@@ -7,7 +7,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 RUN    ?= runs/demo
-PHASES ?= 3
+PHASES ?= 2
 BIN     = $(VENV)/bin
 FIND    = $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
 

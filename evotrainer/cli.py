@@ -142,7 +142,7 @@ def approve(run_dir: Path, revise: Optional[str] = typer.Option(None, help="send
 
 
 @app.command()
-def demo(run_dir: Path = typer.Argument(Path("runs/demo")), phases: int = typer.Option(3),
+def demo(run_dir: Path = typer.Argument(Path("runs/demo")), phases: int = typer.Option(2),
          fault: str = typer.Option(None, help="the catalogue defect planted in the seed harness (harness_repo/faults/; "
                                    "default: reward_hacking), or none for the clean seed"),
          set_: list[str] = typer.Option([], "--set", help="override a config key")):
