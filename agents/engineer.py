@@ -4,9 +4,10 @@ For each confirmed diagnosis (most urgent first: ``agents.roles.urgency``) the b
 Librarian's skills first — interventions that won before for this failure mode, ranked by wins — then falls back to
 the playbook order (``agents.playbook.for_domain(ctx.domain)``: the generic edits plus the domain's own), where an
 edit whose ``cause`` the evidence shows (the harness produces the diagnosis in a way the edit undoes, e.g. a
-curriculum withholding levels while the sampled ones are dead) goes first: a cause before shaping that masks it. It skips
-interventions already tried this phase, rejected as "no effect" on this same main in an earlier phase, already
-present in the harness, known to lose (skills with uses but no wins), or needing a pilot run when pilots are off.
+curriculum withholding levels while the sampled ones are dead) goes first: a cause before shaping that masks it.
+It skips interventions already tried this phase, rejected as "no effect" on this same main in an earlier phase,
+already present in the harness, known to lose (skills with uses but no wins), or needing a pilot run when pilots
+are off.
 The edit is committed on ``candidates/phase-N-k`` from ``main`` with the hypothesis and trailers; nothing touches
 ``main``. After ``evolution.escalate_after`` phases in a row with nothing promoted (``ctx.escalation``) it only
 edits layers not edited during the stall, or, with none left, proposes a subtraction (:func:`subtraction`: undo the

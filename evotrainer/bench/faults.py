@@ -182,9 +182,10 @@ def repair(rd: RunDir, fault: str, phases: int) -> dict[str, Any] | None:
 
     ``commit``: the first promotion into main (a ``promoted`` event, after phase p < ``phases``, so it trained
     within the bench) whose merge changed one of the defect's planted lines (:func:`planted`: main before it held
-    more of them than after; ``{sha, branch, phase, files}``, files the overlay files it changed), or None. ``at_end``: the overlay's files in the harness that trained the bench's last phase (tag
-    ``phase-<phases>``; main when there is no such tag) are the clean seed's (``clean``), the faulty overlay's
-    (``faulty``), or neither (``changed``). None for a folder without a run (no harness repo)."""
+    more of them than after; ``{sha, branch, phase, files}``, files the overlay files it changed), or None.
+    ``at_end``: the overlay's files in the harness that trained the bench's last phase (tag ``phase-<phases>``; main
+    when there is no such tag) are the clean seed's (``clean``), the faulty overlay's (``faulty``), or neither
+    (``changed``). None for a folder without a run (no harness repo)."""
     from evotrainer.harness.repo import HarnessRepo, seed_dir
 
     if not rd.exists():
@@ -386,7 +387,8 @@ def markdown(summary: dict) -> str:
               "when oracle - static is <= 0 or its interval reaches 0.",
               "- a confirmed diagnosis named the mechanism: a diagnosis the Critic confirmed whose failure mode is one "
               "of the card's Mechanism line, and after which phase first; otherwise what was confirmed instead.",
-              "- repairing commit: the first promotion into main that changed one of the defect's planted lines (those "
-              "of its overlay the clean seed lacks) and trained within the bench; at the end: the overlay's files in the harness that trained the last phase "
-              "are the clean seed's (clean), the faulty overlay's (faulty) or neither (changed)."]
+              "- repairing commit: the first promotion into main that changed one of the defect's planted lines "
+              "(those of its overlay the clean seed lacks) and trained within the bench; at the end: the overlay's "
+              "files in the harness that trained the last phase are the clean seed's (clean), the faulty overlay's "
+              "(faulty) or neither (changed)."]
     return "\n".join(lines) + "\n"
