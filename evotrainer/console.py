@@ -102,6 +102,9 @@ class Reporter:
             c.print(t)
         elif s.get("mode", "evolve") != "evolve":  # the baselines never diagnose: say so, not "nothing found"
             c.print(f"diagnoses: not made (evolution.mode {s['mode']}: no Diagnostician runs)")
+        elif s.get("round_waits"):  # the last phase: no round unless a later phase would train on it
+            c.print("diagnoses: not made yet: after the last phase the round waits until a later phase would train "
+                    "on it (`evotrainer run --phases N` raises the budget; evolution.final_round runs it now)")
         else:
             c.print("diagnoses: none (the Diagnostician named none, and no built-in rule fired)")
         if s["candidates"]:

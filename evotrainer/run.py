@@ -129,7 +129,8 @@ def _phase_end(rt, state: RunState) -> None:
     RUN_DIR/report.html (a failure is a ``report_error`` event, never a stop) and status.json's accuracies."""
     from evotrainer.loop.librarian import effects
 
-    summary = {**summarize(state, effects(rt, state), rt.baseline), "mode": rt.cfg.evolution.mode}
+    summary = {**summarize(state, effects(rt, state), rt.baseline), "mode": rt.cfg.evolution.mode,
+               "round_waits": state.round_due and rt.cfg.evolution.mode != "static"}
     rt.reporter.phase_summary(summary)
     rt.emit("phase_summary", **summary)
     write_quietly(rt.rd, state.phase)

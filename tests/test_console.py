@@ -15,12 +15,15 @@ SUMMARY = {"phase": 1, "accuracy": 0.0, "previous_accuracy": 0.0, "eval_n": 10, 
            "effects": []}
 
 
-@pytest.mark.parametrize(("mode", "said"), [
-    ("evolve", "diagnoses: none (the Diagnostician named none, and no built-in rule fired)"),
-    ("static", "diagnoses: not made (evolution.mode static: no Diagnostician runs)"),
-    ("keep_discard", "diagnoses: not made (evolution.mode keep_discard: no Diagnostician runs)"),
+@pytest.mark.parametrize(("mode", "waits", "said"), [
+    ("evolve", False, "diagnoses: none (the Diagnostician named none, and no built-in rule fired)"),
+    ("evolve", True, "diagnoses: not made yet: after the last phase the round waits"),
+    ("static", False, "diagnoses: not made (evolution.mode static: no Diagnostician runs)"),
+    ("keep_discard", False, "diagnoses: not made (evolution.mode keep_discard: no Diagnostician runs)"),
 ])
-def test_a_phase_without_diagnoses_says_whether_anyone_looked(mode: str, said: str):
+def test_a_phase_without_diagnoses_says_whether_anyone_looked(mode: str, waits: bool, said: str):
+    """After the last phase no round runs unless a later phase would train on it: the demo's last phase said "no
+    built-in rule fired" though nothing had looked."""
     out = io.StringIO()
-    Reporter(Console(file=out, width=200)).phase_summary({**SUMMARY, "mode": mode})
+    Reporter(Console(file=out, width=200)).phase_summary({**SUMMARY, "mode": mode, "round_waits": waits})
     assert said in out.getvalue()
