@@ -7,7 +7,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 RUN    ?= runs/demo
-PHASES ?= 2
+PHASES ?=
 BIN     = $(VENV)/bin
 FIND    = $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
 
@@ -31,7 +31,7 @@ $(VENV)/.ready: pyproject.toml constraints/cpu.txt
 	touch $@
 
 demo: setup
-	$(BIN)/evotrainer demo $(RUN) --phases $(PHASES)
+	$(BIN)/evotrainer demo $(RUN) $(if $(PHASES),--phases $(PHASES))
 
 test: setup
 	$(BIN)/python -m pytest -q

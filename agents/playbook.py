@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from agents.diagnostician import THRESHOLDS
 from evotrainer.contracts import Diagnosis
 from evotrainer.harness.knobs import Knobs
 
@@ -231,8 +232,6 @@ def _withheld_levels(files: Files, knobs: Knobs, ctx: dict) -> bool:
     """The curriculum withholds levels: the harness names levels the phase never sampled (weight 0), while every
     level it did sample has dead groups beyond the Diagnostician's threshold, so the dead groups come from what the
     curriculum picks."""
-    from agents.diagnostician import THRESHOLDS
-
     levels = ctx.get("level_stats") or {}
     withheld = [lv for lv, w in knobs.curriculum_weights.items() if w <= 0 and lv not in levels]
     dead = [st["dead_group_ratio"] for st in levels.values()]

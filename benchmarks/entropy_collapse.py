@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.diagnostician import growing_certain  # noqa: E402
+from evotrainer.bench.runner import phase_results  # noqa: E402
 from evotrainer.metrics import quarter_shift  # noqa: E402
 from evotrainer.rundir import RunDir  # noqa: E402
 from evotrainer.trainer.grpo import TRAJECTORY  # noqa: E402
@@ -36,8 +37,6 @@ def _logged_steps(run: Path) -> list[dict]:
 def phases(run: Path, steps_per_phase: int) -> dict[int, dict[str, list[float]]]:
     """Per phase, its per-step entropy and reward: from the phase results' trajectories, else from trainer.log."""
     rd = RunDir(run)
-    from evotrainer.bench.runner import phase_results
-
     results = phase_results(rd)
     if results and all(r.trajectory.get("entropy") for r in results):
         return {r.phase: r.trajectory for r in results}

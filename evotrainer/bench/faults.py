@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -153,8 +154,6 @@ def diagnosis(events: Iterable[dict], mechanism: list[str], phases: int) -> dict
 def planted(fault: str, domain: str = "math") -> dict[str, list[str]]:
     """The defect's own lines: per overlay file, the stripped lines the clean seed's file lacks. Self-tests
     (``tests/``) are left out when the overlay has other files: a test that accepts the defect is not the defect."""
-    from collections import Counter
-
     from evotrainer.harness.repo import seed_dir
 
     files = catalogue.overlay(fault)
@@ -172,8 +171,6 @@ def _lines(text: str | None) -> list[str]:
 
 def _planted_left(repo, ref: str, lines: dict[str, list[str]]) -> int:
     """How many of the planted lines the harness at ``ref`` still holds."""
-    from collections import Counter
-
     return sum(sum((Counter(want) & Counter(_lines(repo.read(ref, f)))).values()) for f, want in lines.items())
 
 
