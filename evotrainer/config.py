@@ -178,7 +178,7 @@ class EvolutionConfig(_Section):
     mode: Literal["evolve", "static", "keep_discard"] = Field(
         "evolve", description="evolve = the full loop (diagnose, critique, engineer, backtest with A/B trials, "
         "promote); static = the harness is never edited (a baseline); keep_discard = the scalar loop of "
-        "autoresearch-style systems: each phase trains on the next playbook edit, kept if held-out accuracy rose, "
+        "autoresearch-style systems: each phase trains on the next playbook edit, kept if dev accuracy rose, "
         "reverted otherwise (no diagnosis, no backtest)"
     )
     max_diagnoses: int = Field(4, ge=1, description="most diagnoses the Critic passes on per phase")

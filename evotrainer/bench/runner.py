@@ -5,7 +5,7 @@
                   construction, so its interval shows what "no difference" looks like at this bench's size;
                   ``--reruns N`` adds static_rerun2 .. static_rerunN (training.rerun: 2 .. N), more static runs
     reference     a fixed expert harness (harness_repo/math_reference)   (evolution.mode: static)
-    keep_discard  the scalar loop: next playbook edit, kept if held-out accuracy rose, else reverted
+    keep_discard  the scalar loop: next playbook edit, kept if dev accuracy rose, else reverted
     evotrainer    the full system: diagnose, critique, engineer, backtest with A/B trials, promote, realized effect
 
 Every arm trains the same phases x steps from the same starting policy with the same seeds and tasks; within a
