@@ -1,6 +1,8 @@
-"""Training on from the best earlier checkpoint (``evotrainer/loop/resume.py``): when a phase harmed the policy on
-the dev split, the round's trials start from the best earlier checkpoint (both arms), and a repair promoted there is
-what the next phase trains on from, recorded in the run state, the merge commit and the log. Otherwise nothing moves."""
+"""Training on from an earlier checkpoint (``evotrainer/loop/resume.py``): when a phase harmed the policy on the dev
+split, the round's trials start from the best earlier checkpoint (both arms); when a confirmed diagnosis says the
+phase's update overshot, from the checkpoint that phase trained from; and a repair promoted there is what the next
+phase trains on from (if its trial there reached the dev accuracy it replaces), recorded in the run state, the merge
+commit and the log. Otherwise nothing moves."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ from pathlib import Path
 from types import MethodType, SimpleNamespace
 
 from evotrainer import config as C
-from evotrainer.contracts import BacktestReport, Candidate, EvalResult, PhaseResult
+from evotrainer.contracts import BacktestReport, Candidate, Check, Diagnosis, EvalResult, PhaseResult
 from evotrainer.harness.repo import HarnessRepo, parse_trailers
+from evotrainer.judge.checks import TRIAL
 from evotrainer.loop import promote, resume
 from evotrainer.loop import backtest
 from evotrainer.loop.runtime import Runtime
@@ -65,8 +68,8 @@ def test_trials_start_from_the_best_earlier_checkpoint_after_harm(tmp_path: Path
     rt.request = lambda phase, sha, steps, init=None, pilot=False: _Req(phase=phase, sha=sha, init=init)
     rt.trainer = SimpleNamespace(run_pilot=lambda req, timeout_s: asked.append(req))
     harmed = RunState(phase=2, results=[result(1, 0.40), result(2, 0.10)])
-    start, change = resume.trial_start(rt, harmed)
-    assert start == 1 and change["high"] < 0
+    start, reason = resume.trial_start(rt, harmed)
+    assert start == 1 and reason["cause"] == "harmed" and reason["change"]["high"] < 0
     testbed = backtest.Testbed(rt, 2, "m" * 40, start)
     testbed._pilot("m" * 40, 0)
     testbed._pilot("c" * 40, 1)
@@ -145,3 +148,50 @@ def test_a_candidate_without_gain_at_its_first_seed_stops_there_and_main_trains_
     assert asked[2:] == [(won, 0), (main, 1), (won, 1)]  # main's seed 0 reused, its seed 1 trained when needed
     trials = [f for k, f in events if k == "trial"]
     assert [t["seeds"] for t in trials] == [1, 2] and [t["completions"] for t in trials] == [20, 30]
+
+
+def diagnosis(mode: str, status: str = "confirmed") -> Diagnosis:
+    return Diagnosis(id="d2-1", layer="signal", failure_mode=mode, statement=f"the phase shows {mode}", severity=0.5,
+                     confidence=0.9, status=status)
+
+
+def test_an_overshoot_moves_the_trials_to_the_checkpoint_the_phase_trained_from_though_accuracy_rose(tmp_path: Path):
+    rt, _, _ = _runtime(tmp_path)
+    rose = [result(1, 0.30), result(2, 0.33)]  # no harm on dev: the starting policy and phase 1 are below it
+    assert resume.harmed(rose, rt.baseline_dev) is None
+    for mode in ("entropy_collapse", "training_decline"):
+        start, reason = resume.trial_start(rt, RunState(phase=2, results=rose, diagnoses=[diagnosis(mode)]))
+        assert start == 1 and reason == {"cause": "overshoot", "diagnosis": "d2-1", "failure_mode": mode,
+                                         "statement": f"the phase shows {mode}"}
+    moved = RunState(phase=2, results=rose, diagnoses=[diagnosis("entropy_collapse")], starts={"2": 0})
+    assert resume.trial_start(rt, moved)[0] == 0  # phase 2 itself trained from the starting policy
+    for other in (diagnosis("dead_groups"), diagnosis("entropy_collapse", status="rejected")):
+        assert resume.trial_start(rt, RunState(phase=2, results=rose, diagnoses=[other])) == (2, None)
+    off, _, _ = _runtime(tmp_path, trial_steps=0)
+    assert resume.trial_start(off, RunState(phase=2, results=rose, diagnoses=[diagnosis("entropy_collapse")])) \
+        == (2, None)
+
+
+def _trial_report(candidate: float) -> BacktestReport:
+    return BacktestReport(branch="candidates/phase-2-1", candidate_sha="c" * 40, base_sha="m" * 40, target_metric="x",
+                          checks=[Check(name=TRIAL, base=0.05, candidate=candidate, passed=True, detail="won")],
+                          noise_floor=0.0, verdict="promote", reasons=["trial won"], runtime_s=0.0, rollouts=0,
+                          sandbox="process")
+
+
+def test_a_repair_after_an_overshoot_trains_on_from_before_it_only_if_its_trial_got_further(tmp_path: Path):
+    rt, events, said = _runtime(tmp_path)
+    state = RunState(phase=2, results=[result(1, 0.30), result(2, 0.33)], diagnoses=[diagnosis("entropy_collapse")])
+    now = state.results[-1].dev.accuracy
+    moved = resume.plan(rt, state, _trial_report(now + 0.05))
+    assert moved["start"] == 1 and moved["cause"] == "overshoot"
+    assert "phase 3 trains from phase 1's checkpoint" in moved["why"] and "entropy_collapse" in moved["why"]
+    assert resume.record(rt, state, {}, moved) == {"3": 1}
+    assert [f["cause"] for k, f in events if k == "trains_from"] == ["overshoot"]
+
+    events.clear()
+    short = resume.plan(rt, state, _trial_report(now - 0.05))  # the repair from there fell short of phase 2's level
+    assert short["start"] is None and "trains on from phase 2's checkpoint" in short["why"]
+    assert resume.record(rt, state, {"2": 0}, short) == {"2": 0}
+    assert [k for k, _ in events] == ["trains_on"] and "below the" in said[-1]
+    assert resume.plan(rt, RunState(phase=2, results=state.results), _trial_report(0.9)) is None  # nothing moved

@@ -98,9 +98,9 @@ class Testbed:
 
 
 def step(rt: Runtime, state: RunState) -> dict:
-    start, change = trial_start(rt, state)
-    if change is not None:
-        rt.emit("trial_start", phase=state.phase, round=state.engineer_round, start=start, change=change)
+    start, reason = trial_start(rt, state)
+    if reason is not None:
+        rt.emit("trial_start", phase=state.phase, round=state.engineer_round, start=start, reason=reason)
     testbed = Testbed(rt, state.phase, rt.repo.sha("main"), start)
     reports = list(state.reports)
     todo = state.round_candidates()

@@ -75,7 +75,7 @@ def step(rt: Runtime, state: RunState) -> dict:
         cand = candidates[report.branch]
         diag = next((d for d in state.diagnoses if d.id == cand.diagnosis_id), None)
         what = f"{cand.diagnosis_id} ({diag.layer}/{diag.failure_mode}) {diag.statement}" if diag else cand.diagnosis_id
-        moved = resume.plan(rt, state)  # where the next phase trains from, said in the merge commit
+        moved = resume.plan(rt, state, report)  # where the next phase trains from, said in the merge commit
         main_sha = rt.repo.promote(
             cand.branch, subject=f"Promote {cand.branch}: {cand.variable}", body=cand.hypothesis,
             trailers={"Diagnosis": what, "Hypothesis": cand.hypothesis, "Variable": cand.variable,
