@@ -108,8 +108,9 @@ def plan(rt: Runtime, state: RunState, report: BacktestReport | None = None) -> 
                f"{-was['change'] * 100:.1f} points below it (interval of the change {was['low']:+.1%} to "
                f"{was['high']:+.1%}, widened for choosing the best checkpoint), {won}")
     else:
+        said = reason["statement"].rstrip(".")
         why = (f"phase {state.phase + 1} trains from {where}, the checkpoint phase {state.phase} trained from: its "
-               f"update overshot ({reason['diagnosis']}, {reason['failure_mode']}: {reason['statement']}), {won}"
+               f"update overshot ({reason['diagnosis']}, {reason['failure_mode']}: {said}), {won}"
                + (f" (reaching {trial.candidate:.1%} on the probe; phase {state.phase} left {now:.1%} on dev)"
                   if trial is not None and trial.candidate is not None else ""))
     return {"start": start, "why": why, "cause": reason["cause"], "change": reason.get("change"),
