@@ -11,8 +11,8 @@
     librarian.py   outcomes and realized effects become skills; router: stop or train
 
 Beside the steps: ``keep_discard.py`` (the keep/discard baseline's one step), ``gate.py`` (the human gate before a
-merge), ``escalation.py`` (a stalled run), ``resume.py`` (a promoted repair trains on from an earlier
-checkpoint when a phase harmed the policy or its update overshot), ``evidence.py`` (the per-phase rollout cache), ``runtime.py`` and
+merge), ``escalation.py`` (a stalled run), ``resume.py`` (a promoted repair trains on from an earlier checkpoint when
+a phase harmed the policy or its update overshot), ``evidence.py`` (the per-phase rollout cache), ``runtime.py`` and
 ``state.py``.
 
 Every step is ``step(rt, state) -> update``: ``rt`` is the :class:`~evotrainer.loop.runtime.Runtime` (run
