@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, TypeVar
 from agents.roles import OVERSHOOT_MODES
 from evotrainer.contracts import BacktestReport, Diagnosis, EvalResult, PhaseResult
 from evotrainer.judge.checks import TRIAL
+from evotrainer.loop.state import start_of
 from evotrainer.metrics import accuracy_change
 
 if TYPE_CHECKING:
@@ -78,9 +79,8 @@ def trial_start(rt: Runtime, state: RunState) -> tuple[int, dict | None]:
     if (fell := harmed(state.results, rt.baseline_dev)) is not None:
         return fell[0], {"cause": "harmed", "change": fell[1]}
     if (d := overshot(state)) is not None:
-        start = state.starts.get(str(state.phase), state.phase - 1)
-        return start, {"cause": "overshoot", "diagnosis": d.id, "failure_mode": d.failure_mode,
-                       "statement": d.statement}
+        return start_of(state.phase, state.starts), {"cause": "overshoot", "diagnosis": d.id,
+                                                     "failure_mode": d.failure_mode, "statement": d.statement}
     return state.phase, None
 
 

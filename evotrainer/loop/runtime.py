@@ -16,6 +16,7 @@ from evotrainer.console import Reporter
 from evotrainer.contracts import EvalResult
 from evotrainer.harness.repo import HarnessRepo
 from evotrainer.loop.evidence import EvidenceCache
+from evotrainer.loop.state import start_of
 from evotrainer.rundir import RunDir
 from evotrainer.trainer.client import TrainerClient
 from evotrainer.trainer.wire import PhaseRequest
@@ -44,7 +45,7 @@ class Runtime:
     def checkpoint_for(self, phase: int, starts: dict[str, int] | None = None) -> str:
         """What phase ``phase`` starts from: the previous phase's checkpoint, or the base policy; with ``starts``
         (the run state's), the earlier checkpoint a promoted repair trains on from."""
-        return self.checkpoint_of((starts or {}).get(str(phase), phase - 1))
+        return self.checkpoint_of(start_of(phase, starts))
 
     def checkpoint_of(self, phase: int) -> str:
         """Phase ``phase``'s checkpoint; the starting policy for 0."""

@@ -48,8 +48,9 @@ class RunState(BaseModel):
         "the same main the same edit changes no update again, so the Engineer does not retry it)")
     starts: dict[str, int] = Field(
         default_factory=dict, description="phase -> the earlier phase whose checkpoint it trains from instead of the "
-        "previous one (0 = the starting policy): set when a repair is promoted whose trial trained from the best "
-        "earlier checkpoint on the dev split, because the last phase had harmed the policy (loop/escalation.py)")
+        "previous one (0 = the starting policy): set when a repair is promoted whose trial trained from an earlier "
+        "checkpoint, because the last phase had harmed the policy on the dev split or its update overshot "
+        "(loop/resume.py; read through start_of)")
     trial_lost: dict[str, list[str]] = Field(
         default_factory=dict, description="main sha -> interventions that lost their A/B trial there (run-level: a "
         "retry on the same main is another draw of the same test, and every draw adds to the chance of promoting "
@@ -68,3 +69,9 @@ def serializer():
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     return JsonPlusSerializer(allowed_msgpack_modules=[(t.__module__, t.__name__) for t in STATE_TYPES])
+
+
+def start_of(phase: int, starts: dict[str, int] | None = None) -> int:
+    """The phase whose checkpoint phase ``phase`` trains from: the previous one, or the earlier one ``starts`` (a
+    run state's) names for it; 0 is the starting policy."""
+    return (starts or {}).get(str(phase), phase - 1)
