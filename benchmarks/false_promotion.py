@@ -1,7 +1,7 @@
 """How often does a round of A/B trials promote an edit that cannot help? (goal: at most 5% of rounds)
 
 Each trial is the gate's own decision (``evotrainer.judge.checks.trial_check``, at the level the loop uses:
-``round_level`` of the run's ``backtest.false_promotion_rate`` over the most trials a phase can run) on two arms
+``phase_level``: the run's ``backtest.false_promotion_rate`` over the most trials a phase can run) on two arms
 trained from the same checkpoint, scored on the probe of the dev split:
 
     --null seeds   main against itself: both arms train main's harness; the candidate arm's seeds are shifted, so
@@ -78,7 +78,7 @@ def main() -> None:
     from evotrainer import config as C
     from evotrainer.config import SandboxConfig
     from evotrainer.harness.repo import HarnessRepo
-    from evotrainer.judge.checks import round_level, trial_check
+    from evotrainer.judge.checks import phase_level, trial_check
     from evotrainer.rundir import RunDir
     from evotrainer.trainer.grpo import run_pilot
     from evotrainer.trainer.wire import PhaseRequest
@@ -91,8 +91,7 @@ def main() -> None:
     cfg = rd.load_config()
     training = cfg.training  # the run's batch, as its phases and trials use it
     a.probe = a.probe or cfg.backtest.probe_size
-    ev = cfg.evolution
-    level = round_level(cfg.backtest.false_promotion_rate, ev.max_candidates * ev.max_engineer_rounds)
+    level = phase_level(cfg.evolution, cfg.backtest)
     repo = HarnessRepo(rd.harness)
     main_sha = repo.sha("main")
     cand_sha = main_sha

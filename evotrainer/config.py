@@ -227,10 +227,16 @@ class BacktestConfig(_Section):
         "edits only a training run can judge (RL knobs) are not proposed"
     )
     trial_seeds: int = Field(2, ge=1, description="replicates of each trial arm (different seeds, paired by seed)")
+    max_trials: int = Field(
+        3, ge=1, description="most A/B trials an Engineer round runs. Candidates are judged in the Engineer's order; "
+        "one the replay checks reject (no effect, unsafe) costs no trial, and once the round's trials are spent the "
+        "rest are not judged (a not_judged event each). Fewer trials make a round cheaper and each trial's level "
+        "looser (backtest.false_promotion_rate)")
     false_promotion_rate: float = Field(
-        0.05, gt=0, lt=1, description="the most often a phase's round of trials, none of whose candidates can help, "
-        "may promote one: each trial's paired interval is at 1 - rate / (evolution.max_candidates x "
-        "evolution.max_engineer_rounds), the most trials a phase can run (0.05 and 3 x 2: 99.2%)")
+        0.05, gt=0, lt=1, description="the most often a phase's trials, none of whose candidates can help, may "
+        "promote one: each trial's paired interval is at 1 - rate / (min(backtest.max_trials, "
+        "evolution.max_candidates) x evolution.max_engineer_rounds), the most trials a phase can run (0.05 and "
+        "3 x 2: 99.2%)")
     probe_size: int = Field(
         2000, ge=20, description="dev tasks the trial's arms are scored on, paired per task (the same ones every "
         "trial; the whole dev split when it has fewer). 2000 (the whole default dev split) was chosen on "

@@ -136,7 +136,7 @@ class Check(_Model):
     detail: str = ""
 
 
-NOT_JUDGED = "not_judged"  # git notes ref of a candidate left unjudged (another of its round passed first)
+NOT_JUDGED = "not_judged"  # git notes ref of a candidate left unjudged (another passed first, or trials spent)
 
 
 class BacktestReport(_Model):

@@ -143,7 +143,7 @@ def test_the_first_candidate_to_pass_ends_the_round(replay_only: RunDir) -> None
     entry = next(e for e in harness_log(rd) if e["branch"] == second.branch)
     assert entry["state"] == entry["verdict"] == "not judged" and first.branch in entry["reasons"][0]
     row = next(r for r in log_rows(rd) if r["branch"] == second.branch)
-    assert row["decided"].startswith("not judged: another candidate")
+    assert row["decided"] == f"not judged: {entry['reasons'][0]}" and "passed first" in row["decided"]
 
 
 class _Pausing:
@@ -168,6 +168,66 @@ def test_a_pause_or_an_interrupt_is_not_a_verdict(replay_only: RunDir, exc: Base
         assert rt.repo.note(cand.sha) is None  # nothing recorded: the run resumes and judges it then
     finally:
         rt.close()
+
+
+class _Scripted:
+    """A Backtester agent with scripted verdicts (branch -> report), recording which candidates it judged."""
+
+    def __init__(self, reports: dict[str, BacktestReport]) -> None:
+        self.reports, self.judged = reports, []
+
+    def judge(self, candidate, bench):
+        self.judged.append(candidate.branch)
+        return self.reports[candidate.branch]
+
+
+def _report(cand: Candidate, *checks: tuple[str, bool]) -> BacktestReport:
+    from evotrainer.contracts import Check
+
+    failed = [name for name, ok in checks if not ok]
+    return BacktestReport(branch=cand.branch, candidate_sha=cand.sha, base_sha=cand.base_sha, target_metric="t",
+                          checks=[Check(name=n, passed=ok) for n, ok in checks], noise_floor=0.0,
+                          verdict="reject" if failed else "promote", reasons=failed, runtime_s=0.0, rollouts=0,
+                          sandbox="process")
+
+
+@pytest.mark.parametrize("max_trials", [1, 2])
+def test_a_round_runs_at_most_max_trials_trials(tmp_path: Path, max_trials: int) -> None:
+    """``backtest.max_trials`` bounds a round's A/B trials: a candidate the replay checks reject spends none; once
+    the trials are spent the rest are not judged (a note and event say why), and each trial's level counts trials,
+    not candidates."""
+    from evotrainer import config as C
+    from evotrainer.judge.checks import phase_level, trials_per_phase
+
+    rd = make_run(tmp_path / "run", [f"backtest.max_trials={max_trials}", "backtest.trial_steps=5"])
+    rt = runtime(rd, TrainerClient(f"http://127.0.0.1:{free_port()}"))
+    try:
+        cfg = rt.cfg
+        assert trials_per_phase(cfg.evolution, cfg.backtest) == max_trials * cfg.evolution.max_engineer_rounds
+        assert phase_level(cfg.evolution, cfg.backtest) == pytest.approx(1 - 0.05 / (max_trials * 2))
+        cands = [candidate(rt.repo, f"edit-{k}", {"rewards.py": NUMERIC_REWARDS + f"# {k}\n"}, "rewards.correct")
+                 for k in range(3)]
+        no_effect, lost, would_pass = cands
+        rt.agents.backtester = _Scripted({
+            no_effect.branch: _report(no_effect, ("replay", True), ("effect", False)),  # no trial spent
+            lost.branch: _report(lost, ("effect", True), ("trial:probe_accuracy", False)),
+            would_pass.branch: _report(would_pass, ("effect", True), ("trial:probe_accuracy", True))})
+        state, reports = run_step(rt, cands)
+    finally:
+        rt.close()
+    judged = [no_effect.branch, lost.branch] + ([would_pass.branch] if max_trials > 1 else [])
+    assert rt.agents.backtester.judged == judged and sorted(reports) == sorted(judged)
+    skipped = [json.loads(line) for line in rd.events_path.read_text().splitlines()]
+    skipped = [e for e in skipped if e["kind"] == "not_judged"]
+    if max_trials == 1:
+        assert [e["branch"] for e in skipped] == [would_pass.branch] and "max_trials" in skipped[0]["reason"]
+        assert rt.repo.note(would_pass.sha, "not_judged")["trials_spent"] == 1
+        assert backtest.route(2, state) == "engineer"  # nothing passed: the next Engineer round, with its own trials
+    else:
+        assert skipped == [] and backtest.route(2, state) == "promote"
+    # the level the loop and the A/A benchmark use: min(max_trials, max_candidates) x rounds
+    cfg = C.apply_overrides(C.parse({}), ["backtest.max_trials=9", "evolution.max_candidates=2"])
+    assert trials_per_phase(cfg.evolution, cfg.backtest) == 4
 
 
 @pytest.mark.slow  # the trainer service, the tiny policy's warm-up and one trial arm: about a minute
@@ -236,11 +296,11 @@ def test_a_trial_holds_the_false_promotion_rate_per_round_not_per_trial() -> Non
     """With up to 6 trials a phase (3 candidates x 2 Engineer rounds), each must clear zero at 1 - 0.05 / 6: a gain
     that clears 95% but not 99.2% is promoted alone and not in a round of six."""
     from evotrainer import config as C
-    from evotrainer.judge.checks import round_level, trial_verdict
+    from evotrainer.judge.checks import phase_level, trial_verdict, trials_per_phase
 
     cfg = C.parse({})
-    trials = cfg.evolution.max_candidates * cfg.evolution.max_engineer_rounds
-    level = round_level(cfg.backtest.false_promotion_rate, trials)
+    trials = trials_per_phase(cfg.evolution, cfg.backtest)
+    level = phase_level(cfg.evolution, cfg.backtest)
     assert trials == 6 and level == pytest.approx(1 - 0.05 / 6)
     main = [_pilot([1] * 100 + [0] * 200)]
     for gained, alone, in_round in ((15, True, False), (30, True, True), (10, False, False)):

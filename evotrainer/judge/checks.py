@@ -17,7 +17,7 @@ compare its decisions with it:
     trial:probe_accuracy  the decision (with trials on): from the current checkpoint main and the candidate train
                           the same short budget with the same seeds and tasks; the candidate's accuracy gain on the
                           dev split's probe, paired per task and seed, must clear zero at the round's level
-                          (``round_level``: 99.2% at the defaults; a trial the trainer could not run
+                          (``phase_level``: 99.2% at the defaults; a trial the trainer could not run
                           fails it with the trainer's words and no accuracy)
     trial:sandbox_attempts  instead of the decision: while training in its trial arms, the candidate's harness code
                           tried a forbidden operation main's did not (named)
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from evotrainer.config import BacktestConfig, SandboxConfig
+from evotrainer.config import BacktestConfig, EvolutionConfig, SandboxConfig
 from evotrainer.contracts import BacktestReport, Candidate, Check
 from evotrainer.harness.knobs import KnobsError, read_knobs
 from evotrainer.harness.repo import HarnessRepo
@@ -270,8 +270,20 @@ def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000, level: 
 def round_level(rate: float, trials: int) -> float:
     """The level of each trial's interval so that a round of up to ``trials`` trials, none of whose candidates can
     help, promotes one with probability at most ``rate`` (Bonferroni: any of the round's trials may pass, and the
-    round promotes the best that did)."""
+    round promotes the first that did)."""
     return 1 - rate / max(1, trials)
+
+
+def trials_per_phase(evolution: EvolutionConfig, backtest: BacktestConfig) -> int:
+    """The most A/B trials one phase's evolution can run: per Engineer round, ``backtest.max_trials`` of its at most
+    ``evolution.max_candidates`` candidates (those the replay checks reject cost no trial and cannot promote).
+    The one count the trial's level (:func:`round_level`), the Backtester and the A/A benchmark all use."""
+    return min(backtest.max_trials, evolution.max_candidates) * evolution.max_engineer_rounds
+
+
+def phase_level(evolution: EvolutionConfig, backtest: BacktestConfig) -> float:
+    """Each trial's level at this configuration: ``backtest.false_promotion_rate`` over :func:`trials_per_phase`."""
+    return round_level(backtest.false_promotion_rate, trials_per_phase(evolution, backtest))
 
 
 def _pct(level: float) -> str:

@@ -6,14 +6,15 @@ trial through the trainer service: from this phase's checkpoint main and the can
 ``backtest.trial_steps`` generated batches with the same seeds and tasks (``trial_seeds`` replicates; main's arm is
 trained once per phase: the trainer service answers a repeated request with its finished job) and are scored on the
 probe of the dev split, paired per task, at the level that holds the false-promotion rate per round
-(``backtest.false_promotion_rate`` over the most trials a round can run, ``judge.checks.round_level``). A trial that fails in the trainer is a rejection with its reason,
+(``backtest.false_promotion_rate`` over the most trials a phase can run, ``judge.checks.phase_level``). A trial that fails in the trainer is a rejection with its reason,
 never a crash, and so is any other exception judging one candidate ("could not judge: <one line>",
 ``evotrainer.judge.checks.could_not_judge``): the other candidates are still judged and the run goes on. Only what stops
 the run on purpose passes through: a pause (``RunPaused``: an LLM budget spent; LangGraph's interrupts) and
 KeyboardInterrupt/SystemExit. Each report is stored as the candidate's ``backtest`` git note. Candidates are judged in
 the Engineer's order, and since a phase promotes at most one, the first to pass ends the round: the rest are not
 judged (a ``not_judged`` event and git note each), which saves their trials and promotes by a rule fixed before any
-trial ran, not the largest of several noisy margins (a winner's curse). Router ``route``: back to the Engineer (with
+trial ran, not the largest of several noisy margins (a winner's curse). A round runs at most ``backtest.max_trials``
+trials (a candidate the replay checks reject spends none); once they are spent the rest are not judged either. Router ``route``: back to the Engineer (with
 the reasons) when nothing passed and rounds are left, else to promote.
 """
 
@@ -24,7 +25,7 @@ import time
 from langgraph.errors import GraphBubbleUp
 
 from evotrainer.contracts import NOT_JUDGED, BacktestReport, Candidate, Check
-from evotrainer.judge.checks import TRIAL, could_not_judge, judge, round_level, trial_verdict, with_check
+from evotrainer.judge.checks import TRIAL, could_not_judge, judge, phase_level, trial_verdict, with_check
 from evotrainer.loop.resume import trial_start
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
@@ -60,8 +61,8 @@ class Testbed:
         false-promotion level holds, and it spares the further seeds of most candidates that cannot help (an edit
         worth +3 dev points shows no gain at one seed of 2,000 probe tasks well under 1% of the time). Main's seeds
         are trained when a candidate first needs them, once per phase."""
-        b, ev = self.rt.cfg.backtest, self.rt.cfg.evolution
-        level = round_level(b.false_promotion_rate, ev.max_candidates * ev.max_engineer_rounds)
+        b = self.rt.cfg.backtest
+        level = phase_level(self.rt.cfg.evolution, b)
         cand: list[PilotResult] = []
         spent = 0
         try:
@@ -107,12 +108,20 @@ def step(rt: Runtime, state: RunState) -> dict:
     no_effect = {sha: list(names) for sha, names in state.no_effect.items()}
     trial_lost = {sha: list(names) for sha, names in state.trial_lost.items()}
     first_pass = None  # a phase promotes at most one candidate: the first to pass ends the round's judging
+    trials_left = rt.cfg.backtest.max_trials  # the round's A/B trials; a candidate the replay rejects spends none
     with rt.reporter.progress(f"phase {state.phase}: backtesting", len(todo)) as bar:
         for i, cand in enumerate(todo):
+            why = None
             if first_pass is not None:
                 why = (f"{first_pass} passed first (candidates are judged in the Engineer's order; a phase promotes "
                        f"at most one)")
-                rt.repo.add_note(cand.sha, {"reason": why, "passed_first": first_pass}, ref=NOT_JUDGED)
+                note = {"reason": why, "passed_first": first_pass}
+            elif testbed.trials and trials_left == 0:
+                why = (f"the round's {rt.cfg.backtest.max_trials} A/B trial(s) are spent (backtest.max_trials; "
+                       f"candidates are judged in the Engineer's order)")
+                note = {"reason": why, "trials_spent": rt.cfg.backtest.max_trials}
+            if why is not None:
+                rt.repo.add_note(cand.sha, note, ref=NOT_JUDGED)
                 rt.emit("not_judged", phase=state.phase, branch=cand.branch, reason=why)
                 bar(step=i + 1, total=len(todo))
                 continue
@@ -123,6 +132,7 @@ def step(rt: Runtime, state: RunState) -> dict:
                 raise  # the run stops on purpose (an LLM budget, the human gate) and resumes here
             except Exception as err:  # noqa: BLE001 - one candidate must never stop an unattended run
                 report = could_not_judge(cand, testbed.main_sha, err, time.time() - t0)
+            trials_left -= any(c.name.startswith("trial:") for c in report.checks)
             rt.repo.add_note(cand.sha, report.model_dump(mode="json"), ref="backtest")
             rt.emit("verdict", phase=state.phase, branch=cand.branch, verdict=report.verdict, reasons=report.reasons,
                     checks=[ch.model_dump(mode="json") for ch in report.checks], runtime_s=report.runtime_s,

@@ -17,7 +17,7 @@ from evotrainer.contracts import NOT_JUDGED, PhaseResult
 from evotrainer.harness.repo import HarnessRepo, parse_trailers
 from evotrainer.rundir import RunDir
 
-UNJUDGED = "not judged"  # the verdict and state of a candidate with a NOT_JUDGED note (another passed first)
+UNJUDGED = "not judged"  # verdict and state of a candidate with a NOT_JUDGED note (another passed first, trials spent)
 
 
 def phase_results(rd: RunDir) -> list[PhaseResult]:
@@ -96,16 +96,17 @@ def log_rows(rd: RunDir) -> list[dict]:
     """``evotrainer log``'s view: per candidate its branch, variable, verdict, the one reason that decided and the
     realized effect, each short (``evotrainer show`` prints the whole record)."""
     return [{"branch": e["branch"], "variable": e["variable"], "verdict": e["verdict"],
-             "decided": decided(e["state"], report), "effect": effect_brief(effect)}
+             "decided": decided(e["state"], report, e["reasons"]), "effect": effect_brief(effect)}
             for e, report, effect in _candidates(rd)]
 
 
-def decided(state: str, report: dict | None) -> str:
+def decided(state: str, report: dict | None, reasons: list[str] | None = None) -> str:
     """The one reason that decided a candidate: for a rejection its first failed check (the report's first reason:
     reasons are the failed checks in order); for a pass, "promoted" (or "not promoted") and the A/B trial's gain in
-    probe accuracy when one ran ("promoted, trial +3.1%"), else the report's summary."""
+    probe accuracy when one ran ("promoted, trial +3.1%"), else the report's summary; for a candidate left unjudged,
+    why (its ``reasons``: another passed first, or the round's trials were spent)."""
     if not report:
-        return f"{UNJUDGED}: another candidate of its round passed first" if state == UNJUDGED else "not judged yet"
+        return f"{UNJUDGED}: {(reasons or ['?'])[0]}" if state == UNJUDGED else "not judged yet"
     reasons = report.get("reasons") or []
     if report.get("verdict") == "reject":
         return reasons[0] if reasons else "rejected"
