@@ -151,6 +151,7 @@ def demo(run_dir: Path = typer.Argument(Path("runs/demo")), phases: int = typer.
     import time
 
     from evotrainer import demo as demo_mod
+    from evotrainer.bench.faults import BUDGET  # the demo's short runs: the fault bench's budget
 
     t0 = time.time()
     fault = demo_mod.DEFAULT_FAULT if fault is None else fault
@@ -167,7 +168,7 @@ def demo(run_dir: Path = typer.Argument(Path("runs/demo")), phases: int = typer.
         if i:
             console.rule(f"the same faulty seed, its harness never edited: {root}")
         if not RunDir(root).exists():
-            init(root, domain="math", config=None, set_=[f"phases={phases}", *set_, *extra],
+            init(root, domain="math", config=None, set_=[f"phases={phases}", *BUDGET, *set_, *extra],
                  fault=fault if planted else None)
         run(root, phases=phases)
     if planted:
@@ -342,7 +343,8 @@ def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one
           seeds: str = typer.Option("0,1,2", help="comma-separated seeds (bench seeds; 100-102 are calibration seeds)"),
           calibration: bool = typer.Option(False, help="run on calibration seeds (100,101,102), where defaults are "
                                            "chosen; a claim is read on bench seeds"),
-          phases: int = typer.Option(3, help="training phases of every arm"),
+          phases: Optional[int] = typer.Option(None, help="training phases of every arm (default: the config's "
+                                               "phases; with --faults 3, at the fault bench's own short budget)"),
           tasks: Optional[Path] = typer.Option(None, help="YAML of config overrides for every arm (a task mix)"),
           set_: list[str] = typer.Option([], "--set", help="override a config key in every arm")):
     """Does evolving the harness pay? Static, reference, keep/discard and EvoTrainer arms on equal budgets, beside
@@ -353,6 +355,10 @@ def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one
     from evotrainer.bench.runner import load_tasks, run_bench
 
     default = ",".join(FAULT_ARMS) if faults is not None else "static,static_rerun,reference,keep_discard,evotrainer"
+    if phases is None:
+        from evotrainer.bench.faults import PHASES
+
+        phases = PHASES if faults is not None else config_mod.parse({}).phases
     arm_list = [a.strip() for a in (arms if arms is not None else default).split(",") if a.strip()]
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]

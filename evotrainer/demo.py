@@ -7,6 +7,8 @@ The agents are not told the defect: they see the rollouts, as with any harness. 
 trained with its harness never edited (``RUN_DIR-static``: the same seed, tasks and training streams, the bench's
 static arm), and the demo prints both held-out accuracies and their difference, paired per held-out task, with its
 interval. Both run directories can be inspected and resumed like any run; a second ``evotrainer demo`` reuses them.
+Both train at the fault bench's short budget (``bench.faults.BUDGET``: phases of 60 steps, judged as in the fault
+bench), so the demo finishes in minutes; a run at the defaults trains 2 x 300 steps.
 
 Alone (after a demo ran): ``python -m evotrainer.demo runs/demo`` prints the comparison again.
 """

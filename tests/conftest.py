@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from evotrainer.bench.faults import BUDGET
 from evotrainer.rollouts import HARNESS_VIEW
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,9 @@ FAST = [
     "training.steps_per_phase=6", "training.prompts_per_step=4", "training.eval_size=40", "training.dev_size=40",
     "training.train_pool_size=400", "backtest.trial_steps=2", "backtest.trial_seeds=1", "backtest.probe_size=40",
     "evolution.final_round=true",  # one-phase tests of the loop need the round after their only phase
+    # the loop's every step: the fault bench's judging (a second Engineer round, three trials, the counterfactual),
+    # which the defaults leave off to keep judging cheap (evotrainer.bench.faults.BUDGET)
+    *[o for o in BUDGET if not o.startswith("training.")],
 ]
 
 

@@ -227,7 +227,7 @@ def test_a_round_runs_at_most_max_trials_trials(tmp_path: Path, max_trials: int)
         assert skipped == [] and backtest.route(2, state) == "promote"
     # the level the loop and the A/A benchmark use: min(max_trials, max_candidates) x rounds
     cfg = C.apply_overrides(C.parse({}), ["backtest.max_trials=9", "evolution.max_candidates=2"])
-    assert trials_per_phase(cfg.evolution, cfg.backtest) == 4
+    assert trials_per_phase(cfg.evolution, cfg.backtest) == 2 * cfg.evolution.max_engineer_rounds
 
 
 @pytest.mark.slow  # the trainer service, the tiny policy's warm-up and one trial arm: about a minute
@@ -298,7 +298,7 @@ def test_a_trial_holds_the_false_promotion_rate_per_round_not_per_trial() -> Non
     from evotrainer import config as C
     from evotrainer.judge.checks import phase_level, trial_verdict, trials_per_phase
 
-    cfg = C.parse({})
+    cfg = C.apply_overrides(C.parse({}), ["evolution.max_engineer_rounds=2", "backtest.max_trials=3"])
     trials = trials_per_phase(cfg.evolution, cfg.backtest)
     level = phase_level(cfg.evolution, cfg.backtest)
     assert trials == 6 and level == pytest.approx(1 - 0.05 / 6)

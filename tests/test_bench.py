@@ -159,8 +159,9 @@ def test_a_bench_folder_made_with_other_settings_is_refused_before_anything_trai
     made = RunDir(tmp_path / "bench" / run_dir_name("static", 0))
     made.init(arm_config("static", 0, 2, None, [*small, "training.steps_per_phase=500"]), log=lambda _: None)
     events = made.events.path.read_text()
+    default = C.parse({}).training.steps_per_phase
     with pytest.raises(C.ConfigError, match=r"static-seed0 was made with other settings: training.steps_per_phase "
-                                            r"500 \(this bench: 60\); use a new bench folder"):
+                                            rf"500 \(this bench: {default}\); use a new bench folder"):
         run_bench(tmp_path / "bench", ["static", "evotrainer"], [0], 3, overrides=small, reporter=Reporter(quiet=True))
     assert made.events.path.read_text() == events and not (tmp_path / "bench" / "evotrainer-seed0").exists()
     # the same settings with a larger phase budget are accepted: every arm trains on (checked, not run here)
@@ -172,11 +173,12 @@ def test_a_bench_folder_made_with_other_settings_is_refused_before_anything_trai
     # a static run reads none of the evolving loop's settings: a bench that differs only there shares it; an
     # evolving run does read them
     check_same_settings(made, arm_config("static", 0, 2, None, [*small, "training.steps_per_phase=500",
-                                                                 "evolution.max_engineer_rounds=1"]))
+                                                                 "evolution.max_engineer_rounds=3"]))
     evolving = RunDir(tmp_path / "bench" / run_dir_name("evotrainer", 0))
     evolving.init(arm_config("evotrainer", 0, 2, None, small), log=lambda _: None)
-    with pytest.raises(C.ConfigError, match=r"evolution.max_engineer_rounds 2 \(this bench: 1\)"):
-        check_same_settings(evolving, arm_config("evotrainer", 0, 2, None, [*small, "evolution.max_engineer_rounds=1"]))
+    rounds = C.parse({}).evolution.max_engineer_rounds
+    with pytest.raises(C.ConfigError, match=rf"evolution.max_engineer_rounds {rounds} \(this bench: 3\)"):
+        check_same_settings(evolving, arm_config("evotrainer", 0, 2, None, [*small, "evolution.max_engineer_rounds=3"]))
 
 
 def test_a_task_mix_file_reaches_every_arm_s_training_pool_and_held_out_split(tmp_path):
