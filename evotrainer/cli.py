@@ -1,6 +1,6 @@
 """The ``evotrainer`` command line.
 
-    evotrainer demo [RUN_DIR] [--phases 3] [--fault NAME|none]   the embedded demo: a planted defect, evolved and not
+    evotrainer demo [RUN_DIR] [--phases 2] [--fault NAME|none]   the embedded demo: a planted defect, evolved and not
     evotrainer init RUN_DIR [--domain math] [--config FILE] [--set key=value ...] [--fault NAME]
     evotrainer run RUN_DIR [--phases N]         start, resume after a kill, or extend a finished run
     evotrainer status RUN_DIR [--json]          state, phase reached, held-out accuracy per phase
