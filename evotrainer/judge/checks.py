@@ -17,7 +17,7 @@ compare its decisions with it:
     trial:probe_accuracy  the decision (with trials on): from the current checkpoint main and the candidate train
                           the same short budget with the same seeds and tasks; the candidate's accuracy gain on the
                           dev split's probe, paired per task and seed, must clear zero at the round's level
-                          (``phase_level``: 99.2% at the defaults; a trial the trainer could not run
+                          (``phase_level``: 95% at the defaults, one trial a phase; a trial the trainer could not run
                           fails it with the trainer's words and no accuracy)
     trial:sandbox_attempts  instead of the decision: while training in its trial arms, the candidate's harness code
                           tried a forbidden operation main's did not (named)
@@ -247,6 +247,13 @@ def effect_check(main: dict, cand: dict, candidate: Candidate) -> Check:
 
 
 TRIAL = "trial:probe_accuracy"  # the decision's check
+TRIAL_ATTEMPTS = "trial:sandbox_attempts"  # instead of the decision: the candidate's code misbehaved while it trained
+
+
+def trial_of(report: BacktestReport) -> Check | None:
+    """The report's A/B trial check (the decision, its attempts check, or a trial the trainer could not run), or None
+    when no trial ran: what spends a round's ``backtest.max_trials`` and what a promotion's margin reads."""
+    return next((c for c in report.checks if c.name in (TRIAL, TRIAL_ATTEMPTS)), None)
 
 
 def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000, level: float = 0.95) -> Check:
@@ -300,7 +307,7 @@ def trial_verdict(main_pilots: list, cand_pilots: list, level: float = 0.95) -> 
     inherited = seen(main_pilots)
     new = [a for key, a in seen(cand_pilots).items() if key not in inherited]
     if new:
-        return attempts_check(new, "trial:sandbox_attempts")
+        return attempts_check(new, TRIAL_ATTEMPTS)
     return trial_check([p.probe for p in main_pilots], [p.probe for p in cand_pilots], level=level)
 
 

@@ -6,16 +6,17 @@ trial through the trainer service: from this phase's checkpoint main and the can
 ``backtest.trial_steps`` generated batches with the same seeds and tasks (``trial_seeds`` replicates; main's arm is
 trained once per phase: the trainer service answers a repeated request with its finished job) and are scored on the
 probe of the dev split, paired per task, at the level that holds the false-promotion rate per round
-(``backtest.false_promotion_rate`` over the most trials a phase can run, ``judge.checks.phase_level``). A trial that fails in the trainer is a rejection with its reason,
-never a crash, and so is any other exception judging one candidate ("could not judge: <one line>",
-``evotrainer.judge.checks.could_not_judge``): the other candidates are still judged and the run goes on. Only what stops
-the run on purpose passes through: a pause (``RunPaused``: an LLM budget spent; LangGraph's interrupts) and
-KeyboardInterrupt/SystemExit. Each report is stored as the candidate's ``backtest`` git note. Candidates are judged in
-the Engineer's order, and since a phase promotes at most one, the first to pass ends the round: the rest are not
-judged (a ``not_judged`` event and git note each), which saves their trials and promotes by a rule fixed before any
-trial ran, not the largest of several noisy margins (a winner's curse). A round runs at most ``backtest.max_trials``
-trials (a candidate the replay checks reject spends none); once they are spent the rest are not judged either. Router ``route``: back to the Engineer (with
-the reasons) when nothing passed and rounds are left, else to promote.
+(``backtest.false_promotion_rate`` over the most trials a phase can run, ``judge.checks.phase_level``). A trial that
+fails in the trainer is a rejection with its reason, never a crash, and so is any other exception judging one
+candidate ("could not judge: <one line>", ``evotrainer.judge.checks.could_not_judge``): the other candidates are still
+judged and the run goes on. Only what stops the run on purpose passes through: a pause (``RunPaused``: an LLM budget
+spent; LangGraph's interrupts) and KeyboardInterrupt/SystemExit. Each report is stored as the candidate's ``backtest``
+git note. Candidates are judged in the Engineer's order, and since a phase promotes at most one, the first to pass
+ends the round: the rest are not judged (a ``not_judged`` event and git note each), which saves their trials and
+promotes by a rule fixed before any trial ran, not the largest of several noisy margins (a winner's curse). A round
+runs at most ``backtest.max_trials`` trials (a candidate the replay checks reject spends none); once they are spent
+the rest are not judged either. Router ``route``: back to the Engineer (with the reasons) when nothing passed and
+rounds are left, else to promote.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 from langgraph.errors import GraphBubbleUp
 
 from evotrainer.contracts import NOT_JUDGED, BacktestReport, Candidate, Check
-from evotrainer.judge.checks import TRIAL, could_not_judge, judge, phase_level, trial_verdict, with_check
+from evotrainer.judge.checks import TRIAL, could_not_judge, judge, phase_level, trial_of, trial_verdict, with_check
 from evotrainer.loop.resume import trial_start
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
@@ -132,7 +133,7 @@ def step(rt: Runtime, state: RunState) -> dict:
                 raise  # the run stops on purpose (an LLM budget, the human gate) and resumes here
             except Exception as err:  # noqa: BLE001 - one candidate must never stop an unattended run
                 report = could_not_judge(cand, testbed.main_sha, err, time.time() - t0)
-            trials_left -= any(c.name.startswith("trial:") for c in report.checks)
+            trials_left -= trial_of(report) is not None
             rt.repo.add_note(cand.sha, report.model_dump(mode="json"), ref="backtest")
             rt.emit("verdict", phase=state.phase, branch=cand.branch, verdict=report.verdict, reasons=report.reasons,
                     checks=[ch.model_dump(mode="json") for ch in report.checks], runtime_s=report.runtime_s,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from evotrainer.contracts import BacktestReport, Candidate, Promotion
 from evotrainer.harness.repo import RevertConflict
+from evotrainer.judge.checks import trial_of
 from evotrainer.loop import gate, resume
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
@@ -30,7 +31,7 @@ def undo(rt: Runtime, promo: Promotion, phase: int, subject: str, body: str, tra
 def margin(report: BacktestReport) -> float:
     """How clearly the candidate won: its trial gain over the trial's margin when a trial decided, else how far the
     targeted metric moved in units of its noise floor (0 when nothing was measured)."""
-    trial = next((c for c in report.checks if c.name.startswith("trial:")), None)
+    trial = trial_of(report)
     if trial is not None and None not in (trial.base, trial.candidate, trial.threshold):
         return (trial.candidate - trial.base) / max(trial.threshold - trial.base, 1e-3)
     target = next((c for c in report.checks if c.name.startswith("target:")), None)
