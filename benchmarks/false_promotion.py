@@ -14,6 +14,10 @@ trained from the same checkpoint, scored on the probe of the dev split:
                    mean paired gain over the rounds estimates what the edit is worth at the trial's length, and the
                    share of trials promoted is the gate's power at that worth ("an edit worth +X dev points is
                    promoted Y% of the time")
+    --main 'KEY: VALUE'   with --edit: main's harness.yaml carries this value first (committed on a branch of the
+                   run's harness repo, the run's main untouched), so the edit under test restores a setting from a
+                   weakened main, e.g. --main 'learning_rate: 5.0e-5' --edit 'learning_rate: 1.0e-4': an edit of
+                   known direction whose size the rounds measure
 
 A round is what one phase's backtest does: main's arm trained once, then ``--per-round K`` candidates (each another
 shift of the seeds, or the same noise edit at other seeds), each judged against it; the round promotes when any
@@ -21,7 +25,7 @@ trial passes. Rounds differ by phase number, so each one draws other tasks and s
 round, and the rates. ``--first K`` starts at round K + 1, so more rounds on the same run directory add new draws.
 
     python benchmarks/false_promotion.py [--rounds 40] [--per-round 3] [--first 0] [--steps 20] [--seeds 2]
-        [--probe N] [--null seeds | --edit 'KEY: VALUE'] [--run-dir DIR] [--init CHECKPOINT]
+        [--probe N] [--null seeds | [--main 'KEY: VALUE'] --edit 'KEY: VALUE'] [--run-dir DIR] [--init CHECKPOINT]
 """
 
 from __future__ import annotations
@@ -61,11 +65,14 @@ def main() -> None:
                     "backtest.probe_size)")
     ap.add_argument("--null", choices=["seeds", "noise"], default="seeds")
     ap.add_argument("--edit", default=None, help="'KEY: VALUE' of harness.yaml: measure power, not the null")
+    ap.add_argument("--main", default=None, help="'KEY: VALUE' of harness.yaml set in main's arm first (with --edit)")
     ap.add_argument("--run-dir", type=Path, default=None, help="reuse a run directory (default: a fresh one)")
     ap.add_argument("--init", type=Path, default=None, help="the checkpoint both arms train from (default: the run's "
                     "starting policy). The loop's trials start from a phase's checkpoint, e.g. RUN/checkpoints/"
                     "phase-0001 after `evotrainer run RUN --phases 1`")
     a = ap.parse_args()
+    if a.main and not a.edit:
+        sys.exit("--main needs --edit: it sets what the edit under test changes back")
     if a.init and not (a.init / "config.json").is_file():
         sys.exit(f"--init {a.init}: not a checkpoint folder (no config.json); a phase's is RUN/checkpoints/phase-0001")
     seeds_null = a.null == "seeds" and not a.edit
@@ -98,15 +105,21 @@ def main() -> None:
     if a.null == "noise":
         rewards = repo.show_file("main", "rewards.py").replace('COMPONENTS = {"correct": correct}', NOISE.strip())
         cand_sha = repo.commit_candidate("candidates/null-noise", main_sha, {"rewards.py": rewards}, "noise", "", {})
-    if a.edit:
-        key = a.edit.split(":", 1)[0].strip()
-        knobs = repo.show_file("main", "harness.yaml")
-        lines = [f"{a.edit}  # the edit under test" if line.startswith(f"{key}:") else line
-                 for line in knobs.splitlines()]
+
+    def set_knob(sha: str, edit: str, why: str, flag: str) -> str:
+        """A commit on top of ``sha`` whose harness.yaml carries ``edit`` ('KEY: VALUE', a top-level key)."""
+        key = edit.split(":", 1)[0].strip()
+        knobs = repo.show_file(sha, "harness.yaml")
+        lines = [f"{edit}  # {why}" if line.startswith(f"{key}:") else line for line in knobs.splitlines()]
         if lines == knobs.splitlines():
-            sys.exit(f"--edit: harness.yaml has no top-level key {key!r}")
-        cand_sha = repo.commit_candidate(f"candidates/power-{key}", main_sha, {"harness.yaml": "\n".join(lines) + "\n"},
-                                         a.edit, "", {})
+            sys.exit(f"{flag}: harness.yaml has no top-level key {key!r}")
+        branch = f"candidates/power-{'main' if flag == '--main' else 'edit'}-{key}"
+        return repo.commit_candidate(branch, sha, {"harness.yaml": "\n".join(lines) + "\n"}, edit, "", {})
+
+    if a.main:
+        main_sha = set_knob(main_sha, a.main, "main's arm under --main", "--main")
+    if a.edit:
+        cand_sha = set_knob(main_sha, a.edit, "the edit under test", "--edit")
     shift = a.seeds if seeds_null else 0
 
     def arm(sha: str, phase: int, offset: int) -> list:
@@ -132,7 +145,7 @@ def main() -> None:
         rounds_promoted += passed > 0
         print(f"round {r + 1:2d}: {'PROMOTED' if passed else 'nothing promoted'}", flush=True)
     rate = rounds_promoted / a.rounds
-    what = f"edit={a.edit!r}" if a.edit else f"null={a.null}"
+    what = (f"main={a.main!r} " if a.main else "") + (f"edit={a.edit!r}" if a.edit else f"null={a.null}")
     print(f"\n{what}: {rounds_promoted} of {a.rounds} rounds promoted ({rate:.1%}; goal <= "
           f"{cfg.backtest.false_promotion_rate:.0%}); {trials_promoted} of {trials} trials; each trial at level "
           f"{level:.2%}; {a.per_round} trial(s) per round, {a.steps} batches x {a.seeds} seed(s) per arm, {a.probe} "

@@ -45,3 +45,31 @@ def test_init_must_be_a_checkpoint_folder(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "false_promotion.py"), "--init",
                           str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "not a checkpoint folder (no config.json)" in out.stderr, out.stderr[-500:]
+
+
+def test_main_needs_an_edit_to_restore(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "false_promotion.py"), "--main",
+                          "learning_rate: 5.0e-5"], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "--main needs --edit" in out.stderr, out.stderr[-500:]
+
+
+@pytest.mark.slow
+def test_an_edit_restoring_a_weakened_main_trains_main_s_arm_at_the_weakened_value(tmp_path: Path, cli_env) -> None:
+    from evotrainer.harness.repo import HarnessRepo
+
+    run = tmp_path / "run"
+    cli(["init", str(run), *[a for o in FAST for a in ("--set", o)]], cli_env)
+    main_before = HarnessRepo(run / "harness").sha("main")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "false_promotion.py"), "--run-dir", str(run),
+                          "--rounds", "1", "--steps", "1", "--seeds", "1", "--probe", "40",
+                          "--main", "learning_rate: 5.0e-5", "--edit", "learning_rate: 1.0e-4"],
+                         env=cli_env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "main='learning_rate: 5.0e-5' edit='learning_rate: 1.0e-4': " in out.stdout, out.stdout[-1000:]
+    repo = HarnessRepo(run / "harness")
+    assert repo.sha("main") == main_before  # the run's own main is untouched
+    weak = repo.show_file("candidates/power-main-learning_rate", "harness.yaml")
+    edit = repo.show_file("candidates/power-edit-learning_rate", "harness.yaml")
+    assert "learning_rate: 5.0e-5  # main's arm under --main" in weak
+    assert "learning_rate: 1.0e-4  # the edit under test" in edit and "5.0e-5" not in edit
+    assert repo.sha("candidates/power-edit-learning_rate~1") == repo.sha("candidates/power-main-learning_rate")
