@@ -10,11 +10,14 @@ system prompt is ``agents/prompts/diagnostician.md``.
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, Field
 
 from agents.roles import PhaseEvidence
 from agents.evidence_tools import EvidenceTools, ToolCall, investigate
 from agents.llm import LLMRole, UseBuiltin
+from agents.playbook import repairs_by_mode
 from evotrainer.contracts import Diagnosis, Layer, MetricEvidence
 
 
@@ -56,12 +59,18 @@ def check_drafts(tools: EvidenceTools, drafts: list[DiagnosisDraft]) -> str | No
     return "; ".join(problems) or None
 
 
+def mode_name(text: str) -> str:
+    """A failure mode as a snake_case machine name ('Dead groups', 'dead-groups' -> 'dead_groups'), the form the
+    playbook's names take, so a model's spelling does not hide a mechanism the built-in repairs know."""
+    return re.sub(r"[^a-z0-9]+", "_", text.strip().lower()).strip("_") or "unknown"
+
+
 def to_diagnosis(d: DiagnosisDraft, ident: str) -> Diagnosis:
     ev = [MetricEvidence(name=f.name, value=f.value, low=f.value if f.low is None else f.low,
                          high=f.value if f.high is None else f.high, n=f.n, threshold=f.threshold,
                          query=f.query)
           for f in d.evidence]
-    return Diagnosis(id=ident, layer=d.layer, failure_mode=d.failure_mode, statement=d.statement, evidence=ev,
+    return Diagnosis(id=ident, layer=d.layer, failure_mode=mode_name(d.failure_mode), statement=d.statement, evidence=ev,
                      rollout_ids=d.rollout_ids, severity=d.severity, confidence=d.confidence)
 
 
@@ -72,7 +81,10 @@ def evidence_brief(ev: PhaseEvidence, tools: EvidenceTools) -> str:
             + (f", starting policy {ev.baseline.accuracy:.3f}" if ev.baseline else "")
             + f". Phases in view: {ev.phases_in_view}. Train figures: "
             + ", ".join(f"{k}={v:.3g}" for k, v in cur.train.items())
-            + f"\nKnobs (harness.yaml): {ev.knobs.model_dump_json()}\nTables:\n{tools.schema()}")
+            + f"\nKnobs (harness.yaml): {ev.knobs.model_dump_json()}\nTables:\n{tools.schema()}"
+            + "\nFailure modes with built-in repairs (name a diagnosis with one of these when its mechanism fits, so "
+              "the repairs can answer it; another snake_case name otherwise): "
+            + "; ".join(f"{mode} ({', '.join(names)})" for mode, names in repairs_by_mode(ev.domain.name).items()))
 
 
 def history_of(ev: PhaseEvidence) -> list[dict]:

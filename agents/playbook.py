@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from agents.diagnostician import THRESHOLDS
+from agents.roles import OVERSHOOT_MODES
 from evotrainer.contracts import Diagnosis
 from evotrainer.harness.knobs import Knobs
 
@@ -259,7 +260,7 @@ def _tenfold_lower(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     (``entropy_collapse``), whose size says nothing about how far the step overshoots: halving and the tenfold move
     are both tried, and the trial decides."""
     d = ctx.get("diagnosis")
-    if d is not None and d.failure_mode in ("training_decline", "entropy_collapse"):
+    if d is not None and d.failure_mode in OVERSHOOT_MODES:
         return _knob("learning_rate", lambda k: k.learning_rate / 10)(files, knobs, ctx)
     seen = {e.name: e.value for e in (d.evidence if d else [])}
     drop, before = seen.get("dev_accuracy_drop"), seen.get("dev_accuracy_before")
@@ -345,6 +346,17 @@ def for_domain(domain: str) -> list[Intervention]:
     if clash:
         raise ValueError(f"{module_name} redefines generic interventions {sorted(clash)}")
     return sorted(GENERIC + own, key=lambda i: i.priority)
+
+
+def repairs_by_mode(domain: str) -> dict[str, list[str]]:
+    """Each failure mode the playbook answers -> the interventions that answer it, in the playbook's order: the
+    names a diagnosis must carry for the built-in Engineer, the Critic's ranking and the resume rules to act on it
+    (an LLM Diagnostician is told them)."""
+    modes: dict[str, list[str]] = {}
+    for i in for_domain(domain):
+        for mode in i.answers:
+            modes.setdefault(mode, []).append(i.name)
+    return dict(sorted(modes.items()))
 
 
 def find(domain: str, name: str) -> Intervention | None:

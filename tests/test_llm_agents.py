@@ -98,6 +98,21 @@ def test_diagnostician_queries_then_cites_figures_the_data_holds(tmp_path, repo)
     assert isinstance(revived, MetricEvidence) and revived.query == "" and revived.value == 0.75
 
 
+def test_diagnostician_is_told_the_modes_the_repairs_answer_and_its_spelling_is_normalised(tmp_path, repo):
+    """A model that calls a mechanism by another spelling ('Dead groups') still reaches the playbook's repairs: it is
+    told the modes they answer, and its name is brought to their snake_case form."""
+    ev = evidence(tmp_path, repo)
+    answer = json.loads(diagnosis_answer(0.75, ["p1-g1/0"]))
+    answer["diagnoses"][0]["failure_mode"] = "Dead groups"
+    with scripted(lambda model, messages: json.dumps(answer)) as calls:
+        (d,) = LLMDiagnostician(llm_ctx(tmp_path), HeuristicDiagnostician()).diagnose(ev)
+    brief = last_user(calls[0]["messages"])
+    assert "Failure modes with built-in repairs" in brief
+    assert "dead_groups (drop_zero_variance_groups, dynamic_sampling, partial_credit_reward" in brief
+    assert "reward_disagreement (verifier_aligned_reward, numeric_answer_match)" in brief
+    assert d.failure_mode == "dead_groups"
+
+
 def test_the_per_step_log_is_a_table_the_llm_roles_can_query_and_cite(tmp_path, repo):
     """What the entropy-collapse rule reads (the trainer's per-step log) is evidence an LLM role can read too: the
     ``steps`` table, named in the schema its prompt shows, and a figure from it holds when cited."""
