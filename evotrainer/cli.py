@@ -340,7 +340,8 @@ def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one
                                                "(harness_repo/faults/) or all, each planted in the clean seed"),
           reruns: int = typer.Option(1, help="static runs besides static (static_rerun, static_rerun2, ...) when "
                                      "static_rerun is an arm: more of them narrow the noise-counted interval"),
-          seeds: str = typer.Option("0,1,2", help="comma-separated seeds (bench seeds; 100-102 are calibration seeds)"),
+          seeds: Optional[str] = typer.Option(None, help="comma-separated seeds (default: the bench seeds 0,1,2; "
+                                              "with --calibration the calibration seeds 100,101,102)"),
           calibration: bool = typer.Option(False, help="run on calibration seeds (100,101,102), where defaults are "
                                            "chosen; a claim is read on bench seeds"),
           phases: Optional[int] = typer.Option(None, help="training phases of every arm (default: the config's "
@@ -351,7 +352,7 @@ def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one
     static trained again with other training randomness (static_rerun: what no effect looks like). With --faults:
     does it repair a seed harness's defect (static, evotrainer, keep/discard on the faulty seed; oracle and
     evotrainer on the clean one)?"""
-    from evotrainer.bench.arms import FAULT_ARMS
+    from evotrainer.bench.arms import FAULT_ARMS, parse_seeds
     from evotrainer.bench.runner import load_tasks, run_bench
 
     default = ",".join(FAULT_ARMS) if faults is not None else "static,static_rerun,reference,keep_discard,evotrainer"
@@ -361,7 +362,7 @@ def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one
         phases = PHASES if faults is not None else config_mod.parse({}).phases
     arm_list = [a.strip() for a in (arms if arms is not None else default).split(",") if a.strip()]
     try:
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+        seed_list = parse_seeds(seeds, calibration)
         if faults is not None:
             from evotrainer.bench.faults import parse_faults, run_fault_bench
 

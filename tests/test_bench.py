@@ -243,6 +243,18 @@ def test_a_run_longer_than_the_bench_is_scored_after_the_bench_s_last_phase(tmp_
     assert "static-seed0 trained 3 phases: it is scored after phase 2" in table
 
 
+def test_seeds_default_to_the_bench_s_kind():
+    """`evotrainer bench --calibration` without --seeds runs on the calibration seeds (it was refused: the bench
+    seeds were the default either way)."""
+    from evotrainer.bench.arms import BENCH_SEEDS, CALIBRATION_SEEDS, check_seeds, parse_seeds
+
+    assert parse_seeds(None) == list(BENCH_SEEDS) and parse_seeds(None, calibration=True) == list(CALIBRATION_SEEDS)
+    check_seeds(parse_seeds(None, calibration=True), calibration=True)  # accepted as it is
+    assert parse_seeds("0, 2,", calibration=True) == [0, 2]  # given seeds are taken as given (and checked after)
+    with pytest.raises(ValueError):
+        parse_seeds("0,x")
+
+
 def test_bench_seeds_and_calibration_seeds_never_meet(tmp_path: Path):
     """Defaults are chosen on calibration seeds; a bench that judges them is refused before anything trains."""
     from evotrainer.bench.arms import BENCH_SEEDS, CALIBRATION_SEEDS

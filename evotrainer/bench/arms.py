@@ -38,6 +38,14 @@ BENCH_SEEDS = (0, 1, 2)
 CALIBRATION_SEEDS = (100, 101, 102)
 
 
+def parse_seeds(text: str | None, calibration: bool = False) -> list[int]:
+    """``--seeds`` ("0,1,2") as a list, or when not given the seeds of the bench's kind: ``BENCH_SEEDS``, or
+    ``CALIBRATION_SEEDS`` under ``--calibration``. ValueError on a seed that is not an integer."""
+    if text is None:
+        return list(CALIBRATION_SEEDS if calibration else BENCH_SEEDS)
+    return [int(s) for s in text.split(",") if s.strip()]
+
+
 def check_seeds(seeds: list[int], calibration: bool = False) -> None:
     """A bench runs on bench seeds, or (``calibration``) only on calibration seeds; ConfigError, one line, else."""
     if not seeds:
