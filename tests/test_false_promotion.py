@@ -66,6 +66,7 @@ def test_an_edit_restoring_a_weakened_main_trains_main_s_arm_at_the_weakened_val
                          env=cli_env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "main='learning_rate: 5.0e-5' edit='learning_rate: 1.0e-4': " in out.stdout, out.stdout[-1000:]
+    assert "the gate's power at the edit's worth; goal >= 80% at +3 points" in out.stdout  # not the null's goal
     repo = HarnessRepo(run / "harness")
     assert repo.sha("main") == main_before  # the run's own main is untouched
     weak = repo.show_file("candidates/power-main-learning_rate", "harness.yaml")
