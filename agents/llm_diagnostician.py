@@ -70,8 +70,8 @@ def to_diagnosis(d: DiagnosisDraft, ident: str) -> Diagnosis:
                          high=f.value if f.high is None else f.high, n=f.n, threshold=f.threshold,
                          query=f.query)
           for f in d.evidence]
-    return Diagnosis(id=ident, layer=d.layer, failure_mode=mode_name(d.failure_mode), statement=d.statement, evidence=ev,
-                     rollout_ids=d.rollout_ids, severity=d.severity, confidence=d.confidence)
+    return Diagnosis(id=ident, layer=d.layer, failure_mode=mode_name(d.failure_mode), statement=d.statement,
+                     evidence=ev, rollout_ids=d.rollout_ids, severity=d.severity, confidence=d.confidence)
 
 
 def evidence_brief(ev: PhaseEvidence, tools: EvidenceTools) -> str:
