@@ -108,20 +108,21 @@ def main() -> None:
         rewards = repo.show_file("main", "rewards.py").replace('COMPONENTS = {"correct": correct}', NOISE.strip())
         cand_sha = repo.commit_candidate("candidates/null-noise", main_sha, {"rewards.py": rewards}, "noise", "", {})
 
-    def set_knob(sha: str, edit: str, why: str, flag: str) -> str:
-        """A commit on top of ``sha`` whose harness.yaml carries ``edit`` ('KEY: VALUE', a top-level key)."""
+    def set_knob(sha: str, edit: str, role: str, why: str) -> str:
+        """A commit on top of ``sha`` (branch candidates/power-ROLE-KEY) whose harness.yaml carries ``edit`` ('KEY:
+        VALUE', a top-level key); ``role`` is the flag that asked for it, main or edit."""
         key = edit.split(":", 1)[0].strip()
         knobs = repo.show_file(sha, "harness.yaml")
         lines = [f"{edit}  # {why}" if line.startswith(f"{key}:") else line for line in knobs.splitlines()]
         if lines == knobs.splitlines():
-            sys.exit(f"{flag}: harness.yaml has no top-level key {key!r}")
-        branch = f"candidates/power-{'main' if flag == '--main' else 'edit'}-{key}"
-        return repo.commit_candidate(branch, sha, {"harness.yaml": "\n".join(lines) + "\n"}, edit, "", {})
+            sys.exit(f"--{role}: harness.yaml has no top-level key {key!r}")
+        return repo.commit_candidate(f"candidates/power-{role}-{key}", sha, {"harness.yaml": "\n".join(lines) + "\n"},
+                                     edit, "", {})
 
     if a.main:
-        main_sha = set_knob(main_sha, a.main, "main's arm under --main", "--main")
+        main_sha = set_knob(main_sha, a.main, "main", "main's arm under --main")
     if a.edit:
-        cand_sha = set_knob(main_sha, a.edit, "the edit under test", "--edit")
+        cand_sha = set_knob(main_sha, a.edit, "edit", "the edit under test")
     shift = a.seeds if seeds_null else 0
 
     def arm(sha: str, phase: int, offset: int) -> list:
