@@ -6,7 +6,8 @@ into a Diagnosis carrying its figures with 95% intervals and example rollout ids
     score     dev accuracy against the best earlier phase or the starting policy (paired per dev task); the
               verified share of training rollouts falling on an unchanged harness, the reward with it
     signal    dead-group ratio, dead groups that still train, kept fraction
-    behavior  format failures, truncation, verified-correct-but-truncated, reward/verified disagreement (overall,
+    behavior  format failures, truncation and verified-correct-but-truncated (with the length the dev evaluation's
+              completions end within when its budget does not cut them), reward/verified disagreement (overall,
               and as the share of right answers unrewarded or of rewarded ones wrong; per reward component),
               completion-length trend, the policy's entropy falling within the phase with no reward gain (a
               step that overshoots)
@@ -28,6 +29,8 @@ from evotrainer.rollouts import groups_of, is_dead
 
 CREDITS_WRONG = "credits_wrong:"  # evidence name prefix: the share of rewarded-but-wrong rollouts a component credits
 MISSES_RIGHT = "misses_right:"  # evidence name prefix: the share of correct-but-unrewarded rollouts a component gives 0
+UNCUT_LENGTH = "dev_ended_length_p99"  # evidence name: tokens within which 99% of the dev completions that end do
+PERCENTILE_UNITS = 100  # completions a 99th percentile needs before it is cited
 
 THRESHOLDS = {
     "dead_group_ratio": 0.35,
@@ -63,6 +66,20 @@ def _kept_dead(group: list[dict]) -> tuple[float, float]:
     """(1 if the group still trains but without reward spread, 1 if it still trains) for the kept-dead ratio."""
     kept = [r for r in group if r["kept"]]
     return (bool(kept) and is_dead(kept), bool(kept))
+
+
+def _with_unconstrained_length(ev: PhaseEvidence, d: Diagnosis | None) -> Diagnosis | None:
+    """A truncation diagnosis with what the policy writes when the budget does not cut it: the 99th percentile of
+    the lengths of the dev evaluation's completions that ended (its budget is the evaluator's, not the harness's).
+    The Engineer's budget move sizes the new budget from it (``agents.playbook``)."""
+    lengths = ev.current.dev.ended_length if d is not None and ev.results else {}
+    if lengths.get("n", 0) < PERCENTILE_UNITS:
+        return d
+    p99, budget = lengths["p99"], int(lengths["budget"])
+    d.evidence.append(MetricEvidence(name=UNCUT_LENGTH, value=p99, low=p99, high=p99, n=int(lengths["n"])))
+    d.statement += (f" At the dev evaluation's budget of {budget} tokens, 99% of the completions that end do so "
+                    f"within {p99:.0f} tokens (end-of-sequence included).")
+    return d
 
 
 def _before(result) -> MetricEvidence:
@@ -263,19 +280,19 @@ class HeuristicDiagnostician:
 
     def _truncation(self, ev: PhaseEvidence) -> Diagnosis | None:
         cut = [r for r in ev.rollouts if r["truncated"]]
-        return self._rate_above(
+        return _with_unconstrained_length(ev, self._rate_above(
             "truncation_rate", "truncation_rate", cut, ev.rollouts, "behavior", "truncation",
             lambda e: f"{e.value:.0%} of completions hit max_completion_length "
-                      f"({ev.knobs.max_completion_length}) without ending.")
+                      f"({ev.knobs.max_completion_length}) without ending."))
 
     def _correct_truncated(self, ev: PhaseEvidence) -> Diagnosis | None:
         correct = [r for r in ev.rollouts if r["verified"]]
         cut = [r for r in correct if r["truncated"]]
-        return self._rate_above(
+        return _with_unconstrained_length(ev, self._rate_above(
             "correct_but_truncated_rate", "correct_truncated_rate", cut, correct, "behavior",
             "correct_but_truncated",
             lambda e: f"{len(cut)} verified-correct completions ({e.value:.0%} of correct ones) were cut at the "
-                      f"length budget: right answers that masking or penalties would punish.", span=0.4)
+                      f"length budget: right answers that masking or penalties would punish.", span=0.4))
 
     def _disagreement(self, ev: PhaseEvidence) -> Diagnosis | None:
         rows = ev.rollouts

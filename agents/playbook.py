@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import ast
 import importlib
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable
 
-from agents.diagnostician import THRESHOLDS
+from agents.diagnostician import THRESHOLDS, UNCUT_LENGTH
 from agents.roles import OVERSHOOT_MODES
 from evotrainer.contracts import Diagnosis
 from evotrainer.harness.knobs import Knobs
@@ -269,6 +270,22 @@ def _tenfold_lower(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     return _knob("learning_rate", lambda k: k.learning_rate / 10)(files, knobs, ctx)
 
 
+MAX_BUDGET = 4096  # the most completion tokens the budget move asks for
+
+
+def _raise_budget(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    """A completion budget that fits the answers: the smallest power of two holding what 99% of the dev
+    evaluation's ended completions needed (``UNCUT_LENGTH``, measured at the evaluator's own budget, which does not
+    cut them), and at least double the current budget. Doubling alone creeps: a budget of 2 doubled to 4 still cuts
+    every five-token answer, and a trial of a budget that still cuts shows little."""
+    d = ctx.get("diagnosis")
+    seen = {e.name: e.value for e in (d.evidence if d else [])}
+    fits = 2 ** math.ceil(math.log2(seen[UNCUT_LENGTH])) if seen.get(UNCUT_LENGTH, 0) >= 1 else 0
+    budget = min(max(knobs.max_completion_length * 2, fits), MAX_BUDGET)
+    return _knob("max_completion_length", lambda k: budget if budget > k.max_completion_length else None)(
+        files, knobs, ctx)
+
+
 # Generic interventions. Priorities leave gaps of 10 so a domain's own interventions slot in between them
 # (math: partial_credit_reward 20, format_reward 40, numeric_answer_match 50).
 GENERIC: list[Intervention] = [
@@ -297,8 +314,8 @@ GENERIC: list[Intervention] = [
     Intervention(
         "raise_max_completion_length", 80, ("correct_but_truncated", "truncation"),
         "harness.yaml:max_completion_length", "truncation_rate", "down", True,
-        "the completion budget doubles", "completions are being cut before they end",
-        _knob("max_completion_length", lambda k: min(k.max_completion_length * 2, 4096))),
+        "the completion budget rises to fit what the policy writes when it is not cut (at least doubling)",
+        "completions are being cut before they end", _raise_budget),
     Intervention(
         "raise_temperature", 90, ("dead_groups",), "harness.yaml:temperature", "dead_group_ratio", "down", True,
         "sampling temperature rises by 0.3", "more diverse samples split more groups",

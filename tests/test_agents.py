@@ -70,6 +70,32 @@ def test_diagnostician_flags_truncation_and_format_failures(repo):
     assert found["correct_but_truncated"].rollout_ids
 
 
+@pytest.mark.parametrize("p99, budget", [(6.0, 8), (None, 4), (2.0, 4), (9000.0, 4096)])
+def test_the_budget_move_fits_what_the_policy_writes_uncut_and_at_least_doubles(repo, p99, budget):
+    """The truncation diagnosis carries the 99th percentile of the dev evaluation's ended completions (measured at
+    the evaluator's own budget); the Engineer's budget move takes the smallest power of two that holds it, at least
+    double the budget (doubling alone when the dev evaluation saw none end), at most ``MAX_BUDGET``."""
+    from agents.diagnostician import UNCUT_LENGTH
+    from agents.playbook import set_yaml_scalar
+
+    rows = rollouts([[("9", True), ("1+1+", False)] * 4 for _ in range(60)], truncated=True)
+    ev = _evidence(rows, repo)
+    ev.knobs = knobs = ev.knobs.model_copy(update={"max_completion_length": 2})
+    files = {name: repo.show_file("main", name) for name in HARNESS_FILES}
+    files["harness.yaml"] = set_yaml_scalar(files["harness.yaml"], "max_completion_length", "2")
+    # None: too few dev completions ended (under PERCENTILE_UNITS) for a 99th percentile to mean anything
+    ev.results[-1].dev.ended_length = {"p50": 3.0, "p99": 7.0, "n": 99, "budget": 16} if p99 is None else \
+        {"p50": 3.0, "p99": p99, "n": 100, "budget": 16}
+    found = {d.failure_mode: d for d in HeuristicDiagnostician().diagnose(ev)}
+    for mode in ("truncation", "correct_but_truncated"):
+        d = found[mode]
+        cited = {e.name: e.value for e in d.evidence}
+        assert cited.get(UNCUT_LENGTH) == p99
+        assert ("99% of the completions that end do so within" in d.statement) == (p99 is not None)
+        edited = find("math", "raise_max_completion_length").edit(files, knobs, {"diagnosis": d})["harness.yaml"]
+        assert yaml.safe_load(edited)["max_completion_length"] == budget
+
+
 def test_diagnostician_flags_accuracy_regression(repo):
     rows = rollouts([[("9", True), ("1", False)] * 4 for _ in range(60)])
     found = {d.failure_mode for d in HeuristicDiagnostician().diagnose(_evidence(rows, repo, (0.40, 0.25)))}

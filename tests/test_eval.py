@@ -94,3 +94,29 @@ def test_eval_batch_size_sets_the_generate_calls_and_leaves_greedy_scores_alone(
         scored[size] = evaluate_as_configured(model, tokenizer, domain, tasks, "cpu", cfg.training, cfg.policy)
         assert max(calls) == size and sum(calls) == len(tasks), calls
     assert scored[7].items == scored[40].items and scored[7].n == len(tasks)
+
+
+def test_ended_length_counts_the_tokens_of_completions_that_ended_and_leaves_cut_ones_out(policy):
+    """``EvalResult.ended_length`` is what the policy writes when the budget does not cut it (the Engineer sizes a
+    completion budget from it): each completion's tokens up to and including end-of-sequence, cut ones left out."""
+    from evotrainer.trainer.model import ended_length, evaluate
+
+    model, tokenizer, domain, rd = policy
+    tasks = rd.dev_tasks()[:40]
+    enc = tokenizer([domain.canonical_prompt(t) for t in tasks], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=16, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                             eos_token_id=tokenizer.eos_token_id)
+    rows = out[:, enc["input_ids"].shape[1]:].tolist()
+    eos = tokenizer.eos_token_id
+    lengths = sorted(r.index(eos) + 1 for r in rows if eos in r)
+    assert len(lengths) >= 30 and lengths[-1] > 1, lengths  # the warmed-up policy ends its answers
+    full = evaluate(model, tokenizer, domain, tasks, 16, "cpu")
+    assert full.ended_length == ended_length(lengths, 16)
+    assert full.ended_length["max"] == lengths[-1] and full.ended_length["p50"] == lengths[len(lengths) // 2]
+    assert full.truncated_rate == pytest.approx(1 - len(lengths) / len(tasks))
+    # a budget under the longest answer: those answers are cut, so they leave the lengths and count as truncated
+    short = evaluate(model, tokenizer, domain, tasks, lengths[-1] - 1, "cpu")
+    assert short.ended_length["max"] < lengths[-1] and short.ended_length["budget"] == lengths[-1] - 1
+    assert short.truncated_rate > full.truncated_rate
+    assert ended_length([], 16) == {"n": 0, "budget": 16} and full.ended_length["n"] == len(lengths)

@@ -117,6 +117,7 @@ def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, d
     scores_by: dict[str, list[float]] = defaultdict(list)
     items: dict[str, float] = {}
     truncated = 0
+    ended: list[int] = []  # tokens (end-of-sequence included) of each completion that ended within the budget
     eos = tokenizer.eos_token_id
     sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=k) if samples \
         else dict(do_sample=False)
@@ -134,7 +135,11 @@ def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, d
             rows = gen.tolist()
             for j, t in enumerate(chunk):
                 score = sum(domain.verify(t, text) for text in texts[j * k : (j + 1) * k]) / k
-                truncated += sum(eos not in ids for ids in rows[j * k : (j + 1) * k])
+                for ids in rows[j * k : (j + 1) * k]:
+                    if eos in ids:
+                        ended.append(ids.index(eos) + 1)
+                    else:
+                        truncated += 1
                 scores_by[t["difficulty"]].append(score)
                 items[t["id"]] = score
     allv = [v for vs in scores_by.values() for v in vs]
@@ -142,5 +147,17 @@ def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, d
         accuracy=sum(allv) / max(len(allv), 1), n=len(allv),
         by_difficulty={d: sum(v) / len(v) for d, v in sorted(scores_by.items())},
         truncated_rate=truncated / max(len(allv) * k, 1), items=items,
+        ended_length=ended_length(ended, max_new_tokens),
     )
+
+
+def ended_length(lengths: list[int], budget: int) -> dict[str, float]:
+    """Quantiles (p50, p90, p99, max) of the lengths of the completions that ended within ``budget`` tokens, how
+    many ended (n), and the budget: what the policy writes when the budget does not cut it
+    (``EvalResult.ended_length``)."""
+    if not lengths:
+        return {"n": 0, "budget": budget}
+    xs = sorted(lengths)
+    at = lambda q: float(xs[min(len(xs) - 1, int(q * len(xs)))])  # noqa: E731 (the value a share q stays under)
+    return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": float(xs[-1]), "n": len(xs), "budget": budget}
 
