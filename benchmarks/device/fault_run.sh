@@ -7,7 +7,7 @@ save() { tar czf $OUT/progress.tgz -C /tmp/gpu/out --exclude=checkpoints --exclu
 ( while sleep 45; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done ) & SMI=$!
 timeout -k 5 ${BUDGET:-450} python3 benchmarks/gpu_fault.py --out /tmp/gpu/out --model /tmp/gpu/smollm2 --device cuda \
   --seeds 0,1 --phases ${PHASES:-3} --steps ${STEPS:-30} --prompts ${PROMPTS:-16} --jobs 6 \
-  --set backtest.trial_steps=${TRIAL:-10} --set backtest.trial_seeds=1 --set evolution.max_candidates=2 \
+  --set backtest.trial_steps=${TRIAL:-10} --set backtest.trial_seeds=1 --set evolution.max_candidates=${CANDIDATES:-2} \
   --set evolution.max_engineer_rounds=1 --set evolution.counterfactual_seeds=1 > /tmp/gpu/main.log 2>&1
 echo "exit $?"; pkill -f gpu_fault.py; pkill -f trainer/service.py; kill $SAVER $SMI; sleep 1; save
 grep -v "it/s" /tmp/gpu/main.log | tee $OUT/log.txt | tail -30
