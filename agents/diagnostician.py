@@ -29,7 +29,7 @@ from evotrainer.rollouts import groups_of, is_dead
 
 CREDITS_WRONG = "credits_wrong:"  # evidence name prefix: the share of rewarded-but-wrong rollouts a component credits
 MISSES_RIGHT = "misses_right:"  # evidence name prefix: the share of correct-but-unrewarded rollouts a component gives 0
-UNCUT_LENGTH = "dev_ended_length_p99"  # evidence name: tokens within which 99% of the dev completions that end do
+UNCUT_LENGTH = "dev_ended_length_p99"  # evidence: tokens within which 99% of the dev completions end (now or at start)
 PERCENTILE_UNITS = 100  # completions a 99th percentile needs before it is cited
 
 THRESHOLDS = {
@@ -70,15 +70,30 @@ def _kept_dead(group: list[dict]) -> tuple[float, float]:
 
 def _with_unconstrained_length(ev: PhaseEvidence, d: Diagnosis | None) -> Diagnosis | None:
     """A truncation diagnosis with what the policy writes when the budget does not cut it: the 99th percentile of
-    the lengths of the dev evaluation's completions that ended (its budget is the evaluator's, not the harness's).
-    The Engineer's budget move sizes the new budget from it (``agents.playbook``)."""
-    lengths = ev.current.dev.ended_length if d is not None and ev.results else {}
-    if lengths.get("n", 0) < PERCENTILE_UNITS:
+    the lengths of the dev evaluation's completions that ended (its budget is the evaluator's, not the harness's),
+    now and for the starting policy. Training under a short budget teaches the policy to stop early (a budget of 2
+    left the tiny policy writing at most 4 tokens where it started at 6), so the longer of the two is cited
+    (``UNCUT_LENGTH``). An evaluation that cut more than 1% of its completions is left out, said so: its ended
+    ones are a censored sample. The Engineer's budget move sizes the new budget from it (``agents.playbook``)."""
+    if d is None or not ev.results:
         return d
-    p99, budget = lengths["p99"], int(lengths["budget"])
-    d.evidence.append(MetricEvidence(name=UNCUT_LENGTH, value=p99, low=p99, high=p99, n=int(lengths["n"])))
-    d.statement += (f" At the dev evaluation's budget of {budget} tokens, 99% of the completions that end do so "
-                    f"within {p99:.0f} tokens (end-of-sequence included).")
+    seen = []
+    for who, dev in (("now", ev.current.dev), ("for the starting policy", ev.baseline)):
+        lengths = dev.ended_length if dev is not None else {}
+        if lengths.get("n", 0) < PERCENTILE_UNITS:
+            continue
+        budget = int(lengths["budget"])
+        if dev.truncated_rate > 0.01:
+            d.statement += (f" The dev evaluation's own budget of {budget} tokens cuts {dev.truncated_rate:.0%} of "
+                            f"its completions {who} too, so how long those answers run is not known "
+                            f"(training.eval_max_new_tokens sets that budget).")
+            continue
+        seen.append((lengths["p99"], int(lengths["n"])))
+        d.statement += (f" At the dev evaluation's budget of {budget} tokens, 99% of the completions that end do so "
+                        f"within {lengths['p99']:.0f} tokens {who} (end-of-sequence included).")
+    if seen:
+        p99, n = max(seen)
+        d.evidence.append(MetricEvidence(name=UNCUT_LENGTH, value=p99, low=p99, high=p99, n=n))
     return d
 
 

@@ -70,11 +70,16 @@ def test_diagnostician_flags_truncation_and_format_failures(repo):
     assert found["correct_but_truncated"].rollout_ids
 
 
-@pytest.mark.parametrize("p99, budget", [(6.0, 8), (None, 4), (2.0, 4), (9000.0, 4096)])
-def test_the_budget_move_fits_what_the_policy_writes_uncut_and_at_least_doubles(repo, p99, budget):
+@pytest.mark.parametrize("now, start, budget", [
+    (6.0, None, 8),  # the dev completions end within 6 tokens: the smallest power of two holding them
+    (4.0, 6.0, 8),  # training at the short budget taught the policy to stop early; the starting policy did not
+    ("few", None, 4),  # under PERCENTILE_UNITS ended: no percentile, doubling alone
+    ("censored", None, 4),  # the dev evaluation's own budget cut more than 1%: the ended ones understate
+    (2.0, None, 4), (9000.0, None, 4096)])
+def test_the_budget_move_fits_what_the_policy_writes_uncut_and_at_least_doubles(repo, now, start, budget):
     """The truncation diagnosis carries the 99th percentile of the dev evaluation's ended completions (measured at
-    the evaluator's own budget); the Engineer's budget move takes the smallest power of two that holds it, at least
-    double the budget (doubling alone when the dev evaluation saw none end), at most ``MAX_BUDGET``."""
+    the evaluator's own budget), now and for the starting policy, the longer cited; the Engineer's budget move takes
+    the smallest power of two that holds it, at least double the budget, at most ``MAX_BUDGET``."""
     from agents.diagnostician import UNCUT_LENGTH
     from agents.playbook import set_yaml_scalar
 
@@ -83,15 +88,20 @@ def test_the_budget_move_fits_what_the_policy_writes_uncut_and_at_least_doubles(
     ev.knobs = knobs = ev.knobs.model_copy(update={"max_completion_length": 2})
     files = {name: repo.show_file("main", name) for name in HARNESS_FILES}
     files["harness.yaml"] = set_yaml_scalar(files["harness.yaml"], "max_completion_length", "2")
-    # None: too few dev completions ended (under PERCENTILE_UNITS) for a 99th percentile to mean anything
-    ev.results[-1].dev.ended_length = {"p50": 3.0, "p99": 7.0, "n": 99, "budget": 16} if p99 is None else \
-        {"p50": 3.0, "p99": p99, "n": 100, "budget": 16}
-    found = {d.failure_mode: d for d in HeuristicDiagnostician().diagnose(ev)}
+    dev = ev.results[-1].dev
+    dev.ended_length = {"p50": 3.0, "p99": 7.0, "n": 99 if now == "few" else 100, "budget": 16}
+    if now == "censored":
+        dev.truncated_rate = 0.02
+    elif now != "few":
+        dev.ended_length["p99"] = now
+    if start is not None:
+        ev.baseline = EvalResult(accuracy=0.0, n=300, ended_length={"p99": start, "n": 300, "budget": 16})
+    cited = max((x for x in (now, start) if isinstance(x, float)), default=None)
     for mode in ("truncation", "correct_but_truncated"):
-        d = found[mode]
-        cited = {e.name: e.value for e in d.evidence}
-        assert cited.get(UNCUT_LENGTH) == p99
-        assert ("99% of the completions that end do so within" in d.statement) == (p99 is not None)
+        d = {d.failure_mode: d for d in HeuristicDiagnostician().diagnose(ev)}[mode]
+        assert {e.name: e.value for e in d.evidence}.get(UNCUT_LENGTH) == cited
+        assert ("do so within 6 tokens for the starting policy" in d.statement) == (start is not None)
+        assert ("cuts 2% of its completions now too" in d.statement) == (now == "censored")
         edited = find("math", "raise_max_completion_length").edit(files, knobs, {"diagnosis": d})["harness.yaml"]
         assert yaml.safe_load(edited)["max_completion_length"] == budget
 
