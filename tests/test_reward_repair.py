@@ -185,3 +185,23 @@ def test_a_reward_that_disagrees_with_the_verifier_is_repaired_before_the_signal
     assert [c.intervention for c in cands][:2] == ["verifier_aligned_reward", "format_reward"]
     regression = by_mode["format_failures"].model_copy(update={"layer": "score", "failure_mode": "accuracy_regression"})
     assert sorted([regression, by_mode["reward_disagreement"]], key=urgency)[0] is by_mode["reward_disagreement"]
+
+
+@pytest.mark.parametrize("seed", ["math", "math_chat"])
+def test_the_reward_repairs_score_a_completion_with_no_answer_as_zero_on_every_seed(tmp_path, seed):
+    """A rewritten reward must not crash where the harness's own parser finds no answer: the chat seed's ``_answer``
+    returns None for "I think so", and ``numeric_answer_match`` once turned that None into a TypeError on the H200
+    (its candidate was rejected at replay, and the repair of that run was lost)."""
+    from evotrainer.harness.repo import seed_dir
+
+    src = seed_dir("math", seed)
+    files = {name: (src / name).read_text() for name in HARNESS_FILES}
+    edited = find("math", "numeric_answer_match").edit(files, read_knobs(src), {})
+    dest = tmp_path / "edited"
+    dest.mkdir()
+    (dest / "rewards.py").write_text(edited["rewards.py"])
+    correct = runpy.run_path(str(dest / "rewards.py"))["correct"]
+    task = {"answer": "40", "difficulty": "1"}
+    assert correct({"completion": "I think so", "task": task}) == 0.0
+    assert correct({"completion": "", "task": task}) == 0.0
+    assert correct({"completion": "40", "task": task}) == 1.0 and correct({"completion": "+40", "task": task}) == 1.0

@@ -125,7 +125,7 @@ def _numeric_match(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     new = replace_function(src, "correct", f'''def correct(sample: dict) -> float:
     """1 when the completion's first line is an integer equal to the task's answer, else 0."""
     {marker("numeric_answer_match")}
-    text = _answer(sample["completion"])
+    text = _answer(sample["completion"]) or ""  # a parser may find no answer (None)
     {SIGNED_DIGITS}
     return 1.0 if digits.isdigit() and int(text) == int(sample["task"]["answer"]) else 0.0
 ''')
