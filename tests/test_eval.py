@@ -25,6 +25,16 @@ def policy(tmp_path_factory, policy_cache):
     return model, tokenizer, get_domain("math"), rd
 
 
+def _greedy(policy, tasks: list[dict], budget: int) -> torch.Tensor:
+    """The policy's greedy completions of ``tasks`` (new tokens only), at most ``budget`` tokens each."""
+    model, tokenizer, domain, _ = policy
+    enc = tokenizer([domain.canonical_prompt(t) for t in tasks], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=budget, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                             eos_token_id=tokenizer.eos_token_id)
+    return out[:, enc["input_ids"].shape[1]:]
+
+
 def test_sampled_pass_at_1_scores_each_item_by_the_share_of_its_k_samples(policy):
     from evotrainer.trainer.model import evaluate
 
@@ -32,11 +42,7 @@ def test_sampled_pass_at_1_scores_each_item_by_the_share_of_its_k_samples(policy
     # tasks whose answer is the policy's own greedy completion: greedy scores every one, while sampling at
     # temperature 1 departs from the greedy path on some samples, so item scores fall strictly between 0 and 1
     tasks = rd.eval_tasks()[:24]
-    enc = tokenizer([domain.canonical_prompt(t) for t in tasks], return_tensors="pt", padding=True)
-    with torch.no_grad():
-        out = model.generate(**enc, max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.pad_token_id,
-                             eos_token_id=tokenizer.eos_token_id)
-    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    texts = tokenizer.batch_decode(_greedy(policy, tasks, 8), skip_special_tokens=True)
     own = [{**t, "answer": a} for t, text in zip(tasks, texts) if (a := domain.extract_answer(text)) is not None]
     assert len(own) >= 12, texts
 
@@ -103,11 +109,7 @@ def test_ended_length_counts_the_tokens_of_completions_that_ended_and_leaves_cut
 
     model, tokenizer, domain, rd = policy
     tasks = rd.dev_tasks()[:40]
-    enc = tokenizer([domain.canonical_prompt(t) for t in tasks], return_tensors="pt", padding=True)
-    with torch.no_grad():
-        out = model.generate(**enc, max_new_tokens=16, do_sample=False, pad_token_id=tokenizer.pad_token_id,
-                             eos_token_id=tokenizer.eos_token_id)
-    rows = out[:, enc["input_ids"].shape[1]:].tolist()
+    rows = _greedy(policy, tasks, 16).tolist()
     eos = tokenizer.eos_token_id
     lengths = sorted(r.index(eos) + 1 for r in rows if eos in r)
     assert len(lengths) >= 30 and lengths[-1] > 1, lengths  # the warmed-up policy ends its answers
