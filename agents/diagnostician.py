@@ -77,7 +77,7 @@ def _with_unconstrained_length(ev: PhaseEvidence, d: Diagnosis | None) -> Diagno
     ones are a censored sample. The Engineer's budget move sizes the new budget from it (``agents.playbook``)."""
     if d is None or not ev.results:
         return d
-    seen = []
+    seen, said = [], []
     for who, dev in (("now", ev.current.dev), ("for the starting policy", ev.baseline)):
         lengths = dev.ended_length if dev is not None else {}
         if lengths.get("n", 0) < PERCENTILE_UNITS:
@@ -88,12 +88,13 @@ def _with_unconstrained_length(ev: PhaseEvidence, d: Diagnosis | None) -> Diagno
                             f"its completions {who} too, so how long those answers run is not known "
                             f"(training.eval_max_new_tokens sets that budget).")
             continue
-        seen.append((lengths["p99"], int(lengths["n"])))
-        d.statement += (f" At the dev evaluation's budget of {budget} tokens, 99% of the completions that end do so "
-                        f"within {lengths['p99']:.0f} tokens {who} (end-of-sequence included).")
+        seen.append((lengths["p99"], int(lengths["n"]), budget))
+        said.append(f"within {lengths['p99']:.0f} tokens {who}")
     if seen:
-        p99, n = max(seen)
+        p99, n, budget = max(seen)
         d.evidence.append(MetricEvidence(name=UNCUT_LENGTH, value=p99, low=p99, high=p99, n=n))
+        d.statement += (f" At the dev evaluation's budget of {budget} tokens, 99% of the completions that end do so "
+                        f"{' and '.join(said)} (end-of-sequence included).")
     return d
 
 

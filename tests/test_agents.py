@@ -100,7 +100,7 @@ def test_the_budget_move_fits_what_the_policy_writes_uncut_and_at_least_doubles(
     for mode in ("truncation", "correct_but_truncated"):
         d = {d.failure_mode: d for d in HeuristicDiagnostician().diagnose(ev)}[mode]
         assert {e.name: e.value for e in d.evidence}.get(UNCUT_LENGTH) == cited
-        assert ("do so within 6 tokens for the starting policy" in d.statement) == (start is not None)
+        assert ("and within 6 tokens for the starting policy (end" in d.statement) == (start is not None)
         assert ("cuts 2% of its completions now too" in d.statement) == (now == "censored")
         edited = find("math", "raise_max_completion_length").edit(files, knobs, {"diagnosis": d})["harness.yaml"]
         assert yaml.safe_load(edited)["max_completion_length"] == budget
