@@ -167,6 +167,7 @@ class RunDir:
                 shutil.rmtree(seed)
             else:
                 HarnessRepo.create(stage.harness, cfg.domain, cfg.harness)
+            _note_eval_budget(cfg, stage.harness, log)
         except BaseException:  # a failed init leaves nothing behind (a killed one is swept by the next init)
             shutil.rmtree(stage.root, ignore_errors=True)
             raise
@@ -273,6 +274,19 @@ def _seed_harness(cfg: Config) -> str | None:
     except FileNotFoundError as err:
         raise ConfigError(f"harness: {err}") from None
     return str(path) if cfg.harness and Path(cfg.harness).expanduser().is_dir() else cfg.harness
+
+
+def _note_eval_budget(cfg: Config, harness: Path, log) -> None:
+    """One line when the seed harness lets training write longer completions than the evaluator scores: answers
+    between the two budgets are cut, and scored wrong, on the held-out and dev splits (the chat seed trains at 24
+    tokens, the evaluator's default budget is 16). A note, not an error: a user may want the shorter judge."""
+    from evotrainer.harness.knobs import read_knobs
+
+    train, judge = read_knobs(harness).max_completion_length, cfg.training.eval_max_new_tokens
+    if train > judge:
+        log(f"note: the harness trains with max_completion_length {train} and the evaluator scores with "
+            f"training.eval_max_new_tokens {judge}: an answer longer than {judge} tokens is cut and scored wrong on "
+            f"the held-out and dev splits (set training.eval_max_new_tokens to at least {train} to score it)")
 
 
 def _check_fault(cfg: Config) -> None:

@@ -66,6 +66,21 @@ def test_each_split_s_size_is_its_config_field_and_a_real_model_has_no_warm_up_s
     assert len(rd.probe_tasks(cfg.backtest.probe_size)) == 80  # the probe is at most the whole dev split
 
 
+@pytest.mark.parametrize("harness, eval_budget, noted", [("math_chat", 16, True), ("math_chat", 24, False),
+                                                          ("math", 16, False)])
+def test_init_notes_an_evaluator_budget_shorter_than_the_harness_s(tmp_path: Path, harness, eval_budget, noted):
+    """The chat seed trains at 24 tokens; an evaluator at 16 would cut and score wrong the answers in between, on
+    every split a score or a decision reads: init says so in one line, and makes the run all the same."""
+    cfg = C.apply_overrides(C.parse({}), [*FAST, f"harness={harness}",
+                                          f"training.eval_max_new_tokens={eval_budget}"])
+    lines: list[str] = []
+    RunDir(tmp_path / "run").init(cfg, log=lines.append)
+    said = [line for line in lines if "training.eval_max_new_tokens" in line]
+    assert len(said) == int(noted) and RunDir(tmp_path / "run").exists()
+    if noted:
+        assert "max_completion_length 24" in said[0] and "eval_max_new_tokens 16" in said[0]
+
+
 def test_a_run_without_a_dev_split_says_so_in_one_line(tmp_path: Path, cli_env):
     run = tmp_path / "run"
     cli(["init", str(run), *[a for o in FAST for a in ("--set", o)]], cli_env)
