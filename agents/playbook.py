@@ -276,8 +276,9 @@ MAX_BUDGET = 4096  # the most completion tokens the budget move asks for
 def _raise_budget(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     """A completion budget that fits the answers: the smallest power of two holding what 99% of the dev
     evaluation's ended completions needed, now or for the starting policy, whichever is longer (``UNCUT_LENGTH``,
-    measured at the evaluator's own budget, which does not cut them), and at least double the current budget. Doubling alone creeps: a budget of 2 doubled to 4 still cuts
-    every five-token answer, and a trial of a budget that still cuts shows little."""
+    measured at the evaluator's own budget, which does not cut them), and at least double the current budget.
+    Doubling alone creeps: a budget of 2 doubled to 4 still cuts every five-token answer, and a trial of a budget
+    that still cuts shows little."""
     d = ctx.get("diagnosis")
     seen = {e.name: e.value for e in (d.evidence if d else [])}
     fits = 2 ** math.ceil(math.log2(seen[UNCUT_LENGTH])) if seen.get(UNCUT_LENGTH, 0) >= 1 else 0

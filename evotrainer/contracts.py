@@ -53,8 +53,8 @@ class EvalResult(_Model):
     truncated_rate: float = 0.0
     ended_length: dict[str, float] = Field(
         default_factory=dict, description="tokens (end-of-sequence included) of the completions that ended within "
-        "the evaluation's budget, by quantile (p50, p90, p99, max), how many ended (n), and that budget: what the policy writes when the "
-        "budget does not cut it, which sizes a completion budget that does not cut its answers")
+        "the evaluation's budget, by quantile (p50, p90, p99, max), how many ended (n), and that budget: what the "
+        "policy writes when the budget does not cut it, which sizes a completion budget that does not cut its answers")
     items: dict[str, float] = Field(
         default_factory=dict, description="per task id, the share of its samples the verifier accepted "
         "(0 or 1 under greedy decoding): what paired comparisons of two checkpoints are computed on"

@@ -160,4 +160,3 @@ def ended_length(lengths: list[int], budget: int) -> dict[str, float]:
     xs = sorted(lengths)
     at = lambda q: float(xs[min(len(xs) - 1, int(q * len(xs)))])  # noqa: E731 (the value a share q stays under)
     return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": float(xs[-1]), "n": len(xs), "budget": budget}
-
