@@ -251,6 +251,12 @@ def _knob(key: str, compute: Callable[[Knobs], float | int | str | None]):
     return edit
 
 
+def cited(ctx: dict) -> dict[str, float]:
+    """The figures the diagnosis an edit answers cites (``ctx["diagnosis"]``), by evidence name; none without one."""
+    d = ctx.get("diagnosis")
+    return {e.name: e.value for e in (d.evidence if d else [])}
+
+
 COLLAPSE = 0.25  # a fall of this share of the best earlier dev accuracy, or more, is a collapse, not a regression
 
 
@@ -263,7 +269,7 @@ def _tenfold_lower(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     d = ctx.get("diagnosis")
     if d is not None and d.failure_mode in OVERSHOOT_MODES:
         return _knob("learning_rate", lambda k: k.learning_rate / 10)(files, knobs, ctx)
-    seen = {e.name: e.value for e in (d.evidence if d else [])}
+    seen = cited(ctx)
     drop, before = seen.get("dev_accuracy_drop"), seen.get("dev_accuracy_before")
     if drop is None or not before or drop < COLLAPSE * before:
         return None
@@ -279,12 +285,14 @@ def _raise_budget(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     measured at the evaluator's own budget, which does not cut them), and at least double the current budget.
     Doubling alone creeps: a budget of 2 doubled to 4 still cuts every five-token answer, and a trial of a budget
     that still cuts shows little."""
-    d = ctx.get("diagnosis")
-    seen = {e.name: e.value for e in (d.evidence if d else [])}
-    fits = 2 ** math.ceil(math.log2(seen[UNCUT_LENGTH])) if seen.get(UNCUT_LENGTH, 0) >= 1 else 0
-    budget = min(max(knobs.max_completion_length * 2, fits), MAX_BUDGET)
-    return _knob("max_completion_length", lambda k: budget if budget > k.max_completion_length else None)(
-        files, knobs, ctx)
+    uncut = cited(ctx).get(UNCUT_LENGTH, 0)
+    fits = 2 ** math.ceil(math.log2(uncut)) if uncut >= 1 else 0
+
+    def budget(k: Knobs) -> int | None:
+        raised = min(max(k.max_completion_length * 2, fits), MAX_BUDGET)
+        return raised if raised > k.max_completion_length else None  # never lowers a budget above MAX_BUDGET
+
+    return _knob("max_completion_length", budget)(files, knobs, ctx)
 
 
 # Generic interventions. Priorities leave gaps of 10 so a domain's own interventions slot in between them

@@ -22,7 +22,8 @@ from __future__ import annotations
 import ast
 
 from agents.diagnostician import CREDITS_WRONG, MISSES_RIGHT
-from agents.playbook import Files, Intervention, components_node, marker, replace_function, reward_component
+from agents.playbook import (Files, Intervention, cited, components_node, marker, replace_function,
+                             reward_component)
 from evotrainer.domains.math import _FINAL as FINAL
 from evotrainer.domains.math import _INT as BARE
 from evotrainer.harness.knobs import Knobs
@@ -97,8 +98,7 @@ def _verifier_aligned(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     strict parser), and only one that reads the task's answer is rewritten (a format or length component that
     misses right answers is not a correctness check to repair). Weight above 0; one component per candidate, the one
     the evidence names most strongly: generic in which component disagrees and why."""
-    d = ctx.get("diagnosis")
-    seen = {e.name: e.value for e in (d.evidence if d else [])}
+    seen = cited(ctx)
     lenient = seen.get("rewarded_but_wrong", 0.0) > seen.get("correct_but_unrewarded", 0.0)
     prefix = CREDITS_WRONG if lenient else MISSES_RIGHT
     src = files["rewards.py"]
