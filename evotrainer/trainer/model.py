@@ -116,7 +116,6 @@ def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, d
     per_call = max(1, batch_size // k)
     scores_by: dict[str, list[float]] = defaultdict(list)
     items: dict[str, float] = {}
-    truncated = 0
     ended: list[int] = []  # tokens (end-of-sequence included) of each completion that ended within the budget
     eos = tokenizer.eos_token_id
     sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=k) if samples \
@@ -135,18 +134,14 @@ def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, d
             rows = gen.tolist()
             for j, t in enumerate(chunk):
                 score = sum(domain.verify(t, text) for text in texts[j * k : (j + 1) * k]) / k
-                for ids in rows[j * k : (j + 1) * k]:
-                    if eos in ids:
-                        ended.append(ids.index(eos) + 1)
-                    else:
-                        truncated += 1
+                ended += [ids.index(eos) + 1 for ids in rows[j * k : (j + 1) * k] if eos in ids]
                 scores_by[t["difficulty"]].append(score)
                 items[t["id"]] = score
     allv = [v for vs in scores_by.values() for v in vs]
     return EvalResult(
         accuracy=sum(allv) / max(len(allv), 1), n=len(allv),
         by_difficulty={d: sum(v) / len(v) for d, v in sorted(scores_by.items())},
-        truncated_rate=truncated / max(len(allv) * k, 1), items=items,
+        truncated_rate=(len(allv) * k - len(ended)) / max(len(allv) * k, 1), items=items,  # the rest were cut
         ended_length=ended_length(ended, max_new_tokens),
     )
 
