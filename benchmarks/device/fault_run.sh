@@ -8,7 +8,7 @@ save() { tar czf $OUT/progress.tgz -C /tmp/gpu/out --exclude=checkpoints --exclu
 timeout -k 5 ${BUDGET:-450} python3 benchmarks/gpu_fault.py --out /tmp/gpu/out --model /tmp/gpu/smollm2 --device cuda \
   --seeds 0,1 --phases ${PHASES:-3} --steps ${STEPS:-30} --prompts ${PROMPTS:-16} --jobs 6 \
   --set backtest.trial_steps=${TRIAL:-10} --set backtest.trial_seeds=1 --set evolution.max_candidates=${CANDIDATES:-2} \
-  --set evolution.max_engineer_rounds=1 --set evolution.counterfactual_seeds=1 > /tmp/gpu/main.log 2>&1
+  --set evolution.max_engineer_rounds=1 --set evolution.counterfactual_seeds=1 $(for s in ${SET:-}; do echo --set $s; done) > /tmp/gpu/main.log 2>&1
 echo "exit $?"; pkill -f gpu_fault.py; pkill -f trainer/service.py; kill $SAVER $SMI; sleep 1; save
 grep -v "it/s" /tmp/gpu/main.log | tee $OUT/log.txt | tail -30
 for d in /tmp/gpu/out/evotrainer-seed*; do echo "== $d"; git -C $d/harness log --oneline --all | head -20; done > $OUT/harness_log.txt 2>&1
