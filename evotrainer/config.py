@@ -253,6 +253,13 @@ class BacktestConfig(_Section):
     alignment_tolerance: float = Field(
         0.01, ge=0, description="how much worse reward/verified alignment may get before a candidate fails"
     )
+    non_inferiority_margin: float = Field(
+        0.01, ge=0, lt=1, description="a candidate whose targeted metric moved as promised on the replay of the "
+        "phase's own rollouts (the diagnosed mechanism undone where it was found) is promoted when its trial is "
+        "non-inferior: the lower end of the paired interval above -margin (probe accuracy; 0.01 = 1 point, the "
+        "no-harm bound), where any other candidate must clear 0. A repair whose worth accrues over a phase can "
+        "lose a 20-batch trial narrowly; an edit that moves nothing cannot take this path. 0 = superiority only "
+        "(docs/preregistration/mechanism-gate.md)")
 
 
 class SandboxConfig(_Section):

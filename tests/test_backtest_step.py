@@ -342,3 +342,64 @@ def test_the_replay_uses_at_most_replay_batches_whole_batches_spread_over_the_ph
         assert {r["step"] for r in spread_batches(all_rows, 1)} == {10}
     finally:
         rt.evidence.close()
+
+
+class _ScriptedTrials(backtest.Testbed):
+    """The loop's Testbed with each trial arm's probe scripted (``_pilot``): the replay checks and the decision are
+    the real ones; main's arm answers 1,000 of 2,000 probe tasks, the candidate's loses 16 of them and gains 10."""
+
+    def _pilot(self, sha: str, replicate: int):
+        if sha == self.main_sha:
+            return _pilot([1] * 1000 + [0] * 1000)
+        return _pilot([1] * 984 + [0] * 16 + [1] * 10 + [0] * 990)
+
+
+@pytest.mark.parametrize("target, margin, promoted", [
+    ("reward_verified_auc", 0.01, True),   # the edit moved its target on replay: non-inferior suffices
+    ("reward_verified_auc", 0.0, False),   # the rule off: it must gain
+    ("truncation_rate", 0.01, False),      # its target cannot be measured on replay: it must gain
+])
+def test_a_repair_that_moved_its_target_on_replay_needs_only_a_non_inferior_trial(
+        tmp_path: Path, target: str, margin: float, promoted: bool) -> None:
+    """``backtest.non_inferiority_margin``: a candidate whose targeted metric moved as promised on the replay of the
+    phase's rollouts (the numeric match scores "+12" and "012", which the verifier accepts, so the reward agrees
+    with it more) is promoted on a trial 0.3 points down on each of two seeds, whose interval's lower end is above
+    -1 point; any other candidate must clear 0, and stops after one seed without a gain."""
+    from evotrainer.judge.checks import mechanism_moved
+
+    rd = make_run(tmp_path / "run", ["backtest.trial_steps=5", "backtest.trial_seeds=2",
+                                     f"backtest.non_inferiority_margin={margin}"])
+    rt = runtime(rd, TrainerClient(f"http://127.0.0.1:{free_port()}"))
+    try:
+        cand = candidate(rt.repo, "numeric", {"rewards.py": NUMERIC_REWARDS}, "rewards.correct")
+        cand = cand.model_copy(update={"target_metric": target})
+        report = _ScriptedTrials(rt, 1, rt.repo.sha("main")).judge(cand)
+    finally:
+        rt.close()
+    moved = mechanism_moved(report)
+    assert (moved is not None) == (target == "reward_verified_auc"), report.checks
+    trial = next(c for c in report.checks if c.name == "trial:probe_accuracy")
+    assert trial.candidate == pytest.approx(0.497) and trial.base == 0.5
+    assert (report.verdict == "promote") == promoted and trial.passed == promoted, report.reasons
+    assert ("non-inferiority" in trial.detail) == (moved is not None and margin > 0), trial.detail
+    # a loss within the margin is no reason to stop early; without the margin it is (the futility stop)
+    assert ("x 2 seed(s)" in trial.detail) == promoted and ("futility stop" in trial.detail) != promoted, trial.detail
+
+
+def test_an_edit_that_moves_nothing_on_replay_gets_no_margin(tmp_path: Path) -> None:
+    """An edit that changes no decision on the replay (a comment) moves no metric, so it cannot take the
+    non-inferiority path (the A/A false-promotion rate is the superiority rule's); the effect check rejects it."""
+    from evotrainer.judge.checks import mechanism_moved
+
+    rd = make_run(tmp_path / "run", ["backtest.trial_steps=5", "backtest.trial_seeds=1"])
+    rt = runtime(rd, TrainerClient(f"http://127.0.0.1:{free_port()}"))
+    try:
+        main = rt.repo.show_file("main", "rewards.py")
+        same = main.replace('"""1 when', '"""(Reviewed.) 1 when')
+        assert same != main
+        cand = candidate(rt.repo, "reviewed", {"rewards.py": same}, "rewards.correct")
+        report = _ScriptedTrials(rt, 1, rt.repo.sha("main")).judge(cand)
+    finally:
+        rt.close()
+    assert mechanism_moved(report) is None and report.verdict == "reject"
+    assert any(r.startswith("effect: no effect") for r in report.reasons), report.reasons
