@@ -382,6 +382,7 @@ def test_a_repair_that_moved_its_target_on_replay_needs_only_a_non_inferior_tria
     assert trial.candidate == pytest.approx(0.497) and trial.base == 0.5
     assert (report.verdict == "promote") == promoted and trial.passed == promoted, report.reasons
     assert ("non-inferiority" in trial.detail) == (moved is not None and margin > 0), trial.detail
+    assert trial.detail.endswith("on replay)") if promoted else ": does not clear zero" in trial.detail, trial.detail
     # a loss within the margin is no reason to stop early; without the margin it is (the futility stop)
     assert ("x 2 seed(s)" in trial.detail) == promoted and ("futility stop" in trial.detail) != promoted, trial.detail
 

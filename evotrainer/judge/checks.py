@@ -281,13 +281,14 @@ def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000, level: 
     main_acc = sum(m.accuracy for m in main_runs) / len(main_runs)
     cand_acc = sum(c.accuracy for c in cand_runs) / len(cand_runs)
     ok = gain["low"] > -margin
-    bound = f"-{margin:.4f} (non-inferiority: the edit undid its mechanism on replay)" if margin > 0 else "zero"
+    why = f" by non-inferiority (lower end above -{margin:.4f}: the edit undid its mechanism on replay)"
+    verdict = ("" if gain["low"] > 0 else f": passes{why}") if ok else (
+        f": does not clear zero, nor pass{why}" if margin > 0 else ": does not clear zero")
     return Check(name=TRIAL, base=round(main_acc, 4), candidate=round(cand_acc, 4),
                  threshold=round(main_acc + gain["diff"] - gain["low"] - margin, 4),
                  passed=ok, detail=f"gain {gain['diff']:+.4f} ({_pct(level)} CI {gain['low']:+.4f} to "
                  f"{gain['high']:+.4f}, "
-                 f"{gain['n']} probe tasks x {len(main_runs)} seed(s), paired)" + (
-                     f": clears {bound}" if ok and margin > 0 else "" if ok else f": does not clear {bound}"))
+                 f"{gain['n']} probe tasks x {len(main_runs)} seed(s), paired){verdict}")
 
 
 def round_level(rate: float, trials: int) -> float:
