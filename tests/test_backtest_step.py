@@ -404,3 +404,16 @@ def test_an_edit_that_moves_nothing_on_replay_gets_no_margin(tmp_path: Path) -> 
         rt.close()
     assert mechanism_moved(report) is None and report.verdict == "reject"
     assert any(r.startswith("effect: no effect") for r in report.reasons), report.reasons
+
+
+def test_non_inferiority_needs_a_trial_that_can_resolve_its_margin() -> None:
+    """Two arms that answer 40 probe tasks alike give a bootstrap interval of 0 to 0, yet 40 tasks cannot exclude a
+    loss of 1 point (the rule of three: up to 3/40): below 300 paired tasks x seeds the gain must clear zero."""
+    from evotrainer.judge.checks import resolvable_margin, trial_check
+
+    alike = [_pilot([1, 0] * 20).probe]
+    small = trial_check(alike, alike, margin=0.01)
+    assert not small.passed and "needs 300 paired tasks x seeds; this trial has 40" in small.detail, small.detail
+    large = [_pilot([1, 0] * 150).probe]
+    assert trial_check(large, large, margin=0.01).passed  # 300 alike: no loss of 1 point in 300 at 95%
+    assert (resolvable_margin(0.01, 299), resolvable_margin(0.01, 4000), resolvable_margin(0.0, 4000)) == (0, 0.01, 0)

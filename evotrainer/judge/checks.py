@@ -35,6 +35,7 @@ reason "could not judge: <one line>", so the run goes on.
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import tempfile
 import time
@@ -269,6 +270,14 @@ def trial_of(report: BacktestReport) -> Check | None:
     return next((c for c in report.checks if c.name in (TRIAL, TRIAL_ATTEMPTS)), None)
 
 
+def resolvable_margin(margin: float, pairs: int) -> float:
+    """``margin`` when a trial of ``pairs`` paired tasks x seeds can resolve it, else 0 (the gain must clear zero).
+    With no discordant pair among N, harm up to 3/N is not excluded at 95% (the rule of three), while the bootstrap's
+    interval is then 0 to 0: so non-inferiority needs N >= 3 / margin (300 at 1 point; the default trial has 4,000,
+    the test suite's 40)."""
+    return margin if margin > 0 and pairs * margin >= 3 else 0.0
+
+
 def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000, level: float = 0.95,
                 margin: float = 0.0) -> Check:
     """The A/B decision: the candidate's gain in probe accuracy over main, paired per task and per seed, must clear
@@ -280,10 +289,15 @@ def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000, level: 
     gain = paired_gain([(m.items, c.items) for m, c in zip(main_runs, cand_runs)], resamples=resamples, level=level)
     main_acc = sum(m.accuracy for m in main_runs) / len(main_runs)
     cand_acc = sum(c.accuracy for c in cand_runs) / len(cand_runs)
+    pairs, asked = gain["n"] * len(main_runs), margin
+    margin = resolvable_margin(margin, pairs)
     ok = gain["low"] > -margin
     why = f" by non-inferiority (lower end above -{margin:.4f}: the edit undid its mechanism on replay)"
     verdict = ("" if gain["low"] > 0 else f": passes{why}") if ok else (
         f": does not clear zero, nor pass{why}" if margin > 0 else ": does not clear zero")
+    if asked > margin:
+        verdict += (f" (non-inferiority within {asked:.4f} needs {math.ceil(3 / asked)} paired tasks x seeds; this "
+                    f"trial has {pairs})")
     return Check(name=TRIAL, base=round(main_acc, 4), candidate=round(cand_acc, 4),
                  threshold=round(main_acc + gain["diff"] - gain["low"] - margin, 4),
                  passed=ok, detail=f"gain {gain['diff']:+.4f} ({_pct(level)} CI {gain['low']:+.4f} to "

@@ -29,8 +29,8 @@ import time
 from langgraph.errors import GraphBubbleUp
 
 from evotrainer.contracts import NOT_JUDGED, BacktestReport, Candidate, Check
-from evotrainer.judge.checks import (TRIAL, could_not_judge, judge, mechanism_moved, phase_level, trial_of,
-                                     trial_verdict, with_check)
+from evotrainer.judge.checks import (TRIAL, could_not_judge, judge, mechanism_moved, phase_level, resolvable_margin,
+                                     trial_of, trial_verdict, with_check)
 from evotrainer.loop.resume import trial_start
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
@@ -82,9 +82,10 @@ class Testbed:
                 verdict = trial_verdict(self._main_arm[:len(cand)], cand, level, margin)
                 if verdict.name != TRIAL:
                     break  # its code tried a forbidden operation while it trained: rejected for that, at once
-                futile = verdict.candidate is not None and verdict.candidate <= verdict.base - margin
+                floor = resolvable_margin(margin, cand[-1].probe.n * b.trial_seeds) if cand[-1].probe else 0.0
+                futile = verdict.candidate is not None and verdict.candidate <= verdict.base - floor
                 if futile and len(cand) < b.trial_seeds:
-                    why = f"{margin:.4f} or more below main" if margin else "no gain on main"
+                    why = f"{floor:.4f} or more below main" if floor else "no gain on main"
                     verdict = verdict.model_copy(update={"detail": f"{verdict.detail}; stopped after {len(cand)} of "
                                                          f"{b.trial_seeds} seeds: {why} (futility stop)"})
                     break
