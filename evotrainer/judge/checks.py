@@ -208,7 +208,8 @@ def _metric_checks(base: dict, cand: dict, candidate: Candidate, bootstrap: int,
     moved = gain > noise and gain > SPREAD_EPS
     detail = "" if moved else f"moved {gain:+.4f} in the promised direction; noise floor {noise:.4f}"
     if not decisive_target:
-        detail = f"{MOVED if moved else detail} (informational: the A/B trial decides{', non-inferior suffices' if moved else ''})"
+        suffices = ", non-inferior suffices" if moved else ""
+        detail = f"{MOVED if moved else detail} (informational: the A/B trial decides{suffices})"
     checks.append(Check(name=f"target:{target}", base=round(bv, 4), candidate=round(cv, 4),
                         threshold=round(bv + noise if candidate.direction == "up" else bv - noise, 4),
                         passed=moved or not decisive_target, detail=detail))

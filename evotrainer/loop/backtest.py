@@ -66,8 +66,8 @@ class Testbed:
         most 0; at most -margin when non-inferiority suffices) stops there, rejected: a futility stop. It can only
         turn a promotion into a rejection, so the round's false-promotion level holds, and it spares the further
         seeds of most candidates that cannot help (an edit worth +3 dev points shows no gain at one seed of 2,000
-        probe tasks well under 1% of the time). Main's seeds
-        are trained when a candidate first needs them, once per phase."""
+        probe tasks well under 1% of the time). Main's seeds are trained when a candidate first needs them, once per
+        phase."""
         b = self.rt.cfg.backtest
         level = phase_level(self.rt.cfg.evolution, b)
         cand: list[PilotResult] = []
