@@ -290,17 +290,17 @@ def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000, level: 
     gain = paired_gain([(m.items, c.items) for m, c in zip(main_runs, cand_runs)], resamples=resamples, level=level)
     main_acc = sum(m.accuracy for m in main_runs) / len(main_runs)
     cand_acc = sum(c.accuracy for c in cand_runs) / len(cand_runs)
-    pairs, asked = gain["n"] * len(main_runs), margin
-    margin = resolvable_margin(margin, pairs)
-    ok = gain["low"] > -margin
-    why = f" by non-inferiority (lower end above -{margin:.4f}: the edit undid its mechanism on replay)"
+    pairs = gain["n"] * len(main_runs)
+    bar = resolvable_margin(margin, pairs)  # the loss the decision tolerates
+    ok = gain["low"] > -bar
+    why = f" by non-inferiority (lower end above -{bar:.4f}: the edit undid its mechanism on replay)"
     verdict = ("" if gain["low"] > 0 else f": passes{why}") if ok else (
-        f": does not clear zero, nor pass{why}" if margin > 0 else ": does not clear zero")
-    if asked > margin:
-        verdict += (f" (non-inferiority within {asked:.4f} needs {math.ceil(3 / asked)} paired tasks x seeds; this "
+        f": does not clear zero, nor pass{why}" if bar > 0 else ": does not clear zero")
+    if margin > bar:
+        verdict += (f" (non-inferiority within {margin:.4f} needs {math.ceil(3 / margin)} paired tasks x seeds; this "
                     f"trial has {pairs})")
     return Check(name=TRIAL, base=round(main_acc, 4), candidate=round(cand_acc, 4),
-                 threshold=round(main_acc + gain["diff"] - gain["low"] - margin, 4),
+                 threshold=round(main_acc + gain["diff"] - gain["low"] - bar, 4),
                  passed=ok, detail=f"gain {gain['diff']:+.4f} ({_pct(level)} CI {gain['low']:+.4f} to "
                  f"{gain['high']:+.4f}, "
                  f"{gain['n']} probe tasks x {len(main_runs)} seed(s), paired){verdict}")

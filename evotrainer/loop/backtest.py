@@ -82,7 +82,7 @@ class Testbed:
                 verdict = trial_verdict(self._main_arm[:len(cand)], cand, level, margin)
                 if verdict.name != TRIAL:
                     break  # its code tried a forbidden operation while it trained: rejected for that, at once
-                floor = resolvable_margin(margin, cand[-1].probe.n * b.trial_seeds) if cand[-1].probe else 0.0
+                floor = resolvable_margin(margin, cand[-1].probe.n * b.trial_seeds)  # the decision scored its probe
                 futile = verdict.candidate is not None and verdict.candidate <= verdict.base - floor
                 if futile and len(cand) < b.trial_seeds:
                     why = f"{floor:.4f} or more below main" if floor else "no gain on main"
