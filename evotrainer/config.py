@@ -253,13 +253,6 @@ class BacktestConfig(_Section):
     alignment_tolerance: float = Field(
         0.01, ge=0, description="how much worse reward/verified alignment may get before a candidate fails"
     )
-    non_inferiority_margin: float = Field(
-        0.01, ge=0, lt=1, description="a candidate whose targeted metric moved as promised on the replay of the "
-        "phase's own rollouts (the diagnosed mechanism undone where it was found) is promoted when its trial is "
-        "non-inferior: the lower end of the paired interval above -margin (probe accuracy; 0.01 = 1 point, the "
-        "no-harm bound), where any other candidate must clear 0. A repair whose worth accrues over a phase can "
-        "lose a 20-batch trial narrowly; an edit that moves nothing cannot take this path. 0 = superiority only "
-        "(docs/preregistration/mechanism-gate.md)")
 
 
 class SandboxConfig(_Section):
@@ -344,11 +337,21 @@ def _allowed(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields)
 
 
+# keys a configuration may still carry from an earlier version, and why they went: said instead of "unknown key"
+REMOVED = {
+    "backtest.non_inferiority_margin": "removed (issue 40): a trial must show a gain (the paired interval's lower end "
+    "above 0); non-inferiority for an edit that moved its own target promoted edits that cannot help, since every "
+    "edit moves its own target by construction",
+}
+
+
 def _format(err: ValidationError, source: str) -> str:
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        if e["type"] == "extra_forbidden":
+        if e["type"] == "extra_forbidden" and key in REMOVED:
+            lines.append(f"{source}: {key}: {REMOVED[key]}; delete the key")
+        elif e["type"] == "extra_forbidden":
             allowed = ", ".join(_allowed(Config, e["loc"]))
             lines.append(f"{source}: {key}: unknown key (allowed: {allowed})")
         elif e["type"] == "literal_error":

@@ -39,6 +39,16 @@ def test_unknown_key_names_key_and_allowed_keys():
     assert "steps_per_phase" in msg and "\n" not in msg
 
 
+@pytest.mark.parametrize("key", sorted(C.REMOVED))
+def test_a_removed_key_says_it_was_removed_and_why(key: str):
+    section, name = key.split(".")
+    with pytest.raises(C.ConfigError) as err:
+        C.parse({section: {name: 0.01}}, "old.yaml")
+    msg = str(err.value)
+    assert msg.startswith(f"old.yaml: {key}: removed (") and msg.endswith("; delete the key") and "\n" not in msg
+    assert name not in C.Config.model_fields[section].annotation.model_fields  # removed, not merely renamed here
+
+
 def test_bad_value_names_key_and_what_is_allowed():
     with pytest.raises(C.ConfigError) as err:
         C.parse({"sandbox": {"backend": "vm"}})

@@ -18,15 +18,14 @@ compare its decisions with it:
                           the same short budget with the same seeds and tasks; the candidate's accuracy gain on the
                           dev split's probe, paired per task and seed, must clear zero at the round's level
                           (``phase_level``: 95% at the defaults, one trial a phase; a trial the trainer could not run
-                          fails it with the trainer's words and no accuracy). A candidate whose target moved as
-                          promised on replay (:func:`mechanism_moved`) need only be non-inferior: the same interval's
-                          lower end above ``-backtest.non_inferiority_margin``
+                          fails it with the trainer's words and no accuracy): superiority, whatever the edit moved
     trial:sandbox_attempts  instead of the decision: while training in its trial arms, the candidate's harness code
                           tried a forbidden operation main's did not (named)
     safety checks         harness_tree, variable, prompts, ... (``safety.py``, which lists them)
 
-With trials on, the targeted metric does not decide alone (an edit can move its own target by construction): moved,
-it lets a non-inferior trial promote, and an edit that moves nothing cannot take that path. This module computes the
+With trials on, the targeted metric does not decide at all: every edit moves its own target by construction (a group
+filter its kept share, a graded reward component the share of dead groups), so a target that moved is no evidence that
+the edit helps, and only a gain on the probe promotes. This module computes the
 checks; the Backtester agent turns them into a verdict. When judging a candidate raises all the same (a case no
 check foresaw), :func:`could_not_judge` is the last resort: a rejection with one failed check ``judge`` and the
 reason "could not judge: <one line>", so the run goes on.
@@ -35,7 +34,6 @@ reason "could not judge: <one line>", so the run goes on.
 from __future__ import annotations
 
 import contextlib
-import math
 import shutil
 import tempfile
 import time
@@ -208,8 +206,7 @@ def _metric_checks(base: dict, cand: dict, candidate: Candidate, bootstrap: int,
     moved = gain > noise and gain > SPREAD_EPS
     detail = "" if moved else f"moved {gain:+.4f} in the promised direction; noise floor {noise:.4f}"
     if not decisive_target:
-        suffices = ", non-inferior suffices" if moved else ""
-        detail = f"{MOVED if moved else detail} (informational: the A/B trial decides{suffices})"
+        detail = f"{'moved as promised' if moved else detail} (informational: the A/B trial decides)"
     checks.append(Check(name=f"target:{target}", base=round(bv, 4), candidate=round(cv, 4),
                         threshold=round(bv + noise if candidate.direction == "up" else bv - noise, 4),
                         passed=moved or not decisive_target, detail=detail))
@@ -251,16 +248,6 @@ def effect_check(main: dict, cand: dict, candidate: Candidate) -> Check:
                  "scale changes, which Adam's normalisation and gradient clipping undo)")
 
 
-MOVED = "moved as promised"  # how a target check says the edit undid its mechanism on replay (:func:`mechanism_moved`)
-
-
-def mechanism_moved(report: BacktestReport) -> Check | None:
-    """The report's ``target:<metric>`` check when the candidate moved its target as promised on the replay, beyond
-    the noise floor (with trials on it decides nothing by itself); else None. Such a candidate's trial need only be
-    non-inferior (``backtest.non_inferiority_margin``)."""
-    return next((c for c in report.checks if c.name.startswith("target:") and c.detail.startswith(MOVED)), None)
-
-
 TRIAL = "trial:probe_accuracy"  # the decision's check
 TRIAL_ATTEMPTS = "trial:sandbox_attempts"  # instead of the decision: the candidate's code misbehaved while it trained
 
@@ -271,39 +258,23 @@ def trial_of(report: BacktestReport) -> Check | None:
     return next((c for c in report.checks if c.name in (TRIAL, TRIAL_ATTEMPTS)), None)
 
 
-def resolvable_margin(margin: float, pairs: int) -> float:
-    """``margin`` when a trial of ``pairs`` paired tasks x seeds can resolve it, else 0 (the gain must clear zero).
-    With no discordant pair among N, harm up to 3/N is not excluded at 95% (the rule of three), while the bootstrap's
-    interval is then 0 to 0: so non-inferiority needs N >= 3 / margin (300 at 1 point; the default trial has 4,000,
-    the test suite's 40)."""
-    return margin if margin > 0 and pairs * margin >= 3 else 0.0
-
-
-def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000, level: float = 0.95,
-                margin: float = 0.0) -> Check:
+def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000, level: float = 0.95) -> Check:
     """The A/B decision: the candidate's gain in probe accuracy over main, paired per task and per seed, must clear
-    ``-margin`` at ``level`` (the lower end of the paired bootstrap interval above it). The loop passes the level
-    that holds the false-promotion rate per round (:func:`round_level`), and a margin above 0 only for a candidate
-    that moved its target on replay (:func:`mechanism_moved`): non-inferiority instead of a gain."""
+    zero at ``level`` (the lower end of the paired bootstrap interval above 0: superiority). The loop passes the level
+    that holds the false-promotion rate per round (:func:`round_level`). There is no lenient path: an interval of 0 to
+    0 (two arms that answer alike) does not clear zero, and an edit that moved its own target on replay needs the same
+    gain as any other (every edit moves its own target by construction)."""
     from evotrainer.metrics import paired_gain
 
     gain = paired_gain([(m.items, c.items) for m, c in zip(main_runs, cand_runs)], resamples=resamples, level=level)
     main_acc = sum(m.accuracy for m in main_runs) / len(main_runs)
     cand_acc = sum(c.accuracy for c in cand_runs) / len(cand_runs)
-    pairs = gain["n"] * len(main_runs)
-    bar = resolvable_margin(margin, pairs)  # the loss the decision tolerates
-    ok = gain["low"] > -bar
-    why = f" by non-inferiority (lower end above -{bar:.4f}: the edit undid its mechanism on replay)"
-    verdict = ("" if gain["low"] > 0 else f": passes{why}") if ok else (
-        f": does not clear zero, nor pass{why}" if bar > 0 else ": does not clear zero")
-    if margin > bar:
-        verdict += (f" (non-inferiority within {margin:.4f} needs {math.ceil(3 / margin)} paired tasks x seeds; this "
-                    f"trial has {pairs})")
+    ok = gain["low"] > 0
     return Check(name=TRIAL, base=round(main_acc, 4), candidate=round(cand_acc, 4),
-                 threshold=round(main_acc + gain["diff"] - gain["low"] - bar, 4),
+                 threshold=round(main_acc + gain["diff"] - gain["low"], 4),
                  passed=ok, detail=f"gain {gain['diff']:+.4f} ({_pct(level)} CI {gain['low']:+.4f} to "
-                 f"{gain['high']:+.4f}, "
-                 f"{gain['n']} probe tasks x {len(main_runs)} seed(s), paired){verdict}")
+                 f"{gain['high']:+.4f}, {gain['n']} probe tasks x {len(main_runs)} seed(s), paired)"
+                 + ("" if ok else ": does not clear zero"))
 
 
 def round_level(rate: float, trials: int) -> float:
@@ -329,7 +300,7 @@ def _pct(level: float) -> str:
     return f"{level:.1%}".replace(".0%", "%")
 
 
-def trial_verdict(main_pilots: list, cand_pilots: list, level: float = 0.95, margin: float = 0.0) -> Check:
+def trial_verdict(main_pilots: list, cand_pilots: list, level: float = 0.95) -> Check:
     """The trial's check from both arms' pilots (``PilotResult``): a candidate whose harness code tried a forbidden
     operation while it trained, one main's own code did not make, is rejected for that, named (code may behave in
     the replay and not in training); otherwise the paired A/B decision (``trial_check``)."""
@@ -340,7 +311,7 @@ def trial_verdict(main_pilots: list, cand_pilots: list, level: float = 0.95, mar
     new = [a for key, a in seen(cand_pilots).items() if key not in inherited]
     if new:
         return attempts_check(new, TRIAL_ATTEMPTS)
-    return trial_check([p.probe for p in main_pilots], [p.probe for p in cand_pilots], level=level, margin=margin)
+    return trial_check([p.probe for p in main_pilots], [p.probe for p in cand_pilots], level=level)
 
 
 def with_check(report: BacktestReport, check: Check) -> BacktestReport:

@@ -7,9 +7,7 @@ trial through the trainer service: from this phase's checkpoint main and the can
 trained once per phase: the trainer service answers a repeated request with its finished job) and are scored on the
 probe of the dev split, paired per task, at the level that holds the false-promotion rate per round
 (``backtest.false_promotion_rate`` over the most trials a phase can run, ``judge.checks.phase_level``). The candidate
-must gain on main; one whose targeted metric moved as promised on the replay (``judge.checks.mechanism_moved``: it
-undid the diagnosed mechanism on the phase's own rollouts) need only be non-inferior, within
-``backtest.non_inferiority_margin``. A trial that
+must gain on main (superiority: the paired interval's lower end above 0), whatever it moved on replay. A trial that
 fails in the trainer is a rejection with its reason, never a crash, and so is any other exception judging one
 candidate ("could not judge: <one line>", ``evotrainer.judge.checks.could_not_judge``): the other candidates are still
 judged and the run goes on. Only what stops the run on purpose passes through: a pause (``RunPaused``: an LLM budget
@@ -29,8 +27,7 @@ import time
 from langgraph.errors import GraphBubbleUp
 
 from evotrainer.contracts import NOT_JUDGED, BacktestReport, Candidate, Check
-from evotrainer.judge.checks import (TRIAL, could_not_judge, judge, mechanism_moved, phase_level, resolvable_margin,
-                                     trial_of, trial_verdict, with_check)
+from evotrainer.judge.checks import TRIAL, could_not_judge, judge, phase_level, trial_of, trial_verdict, with_check
 from evotrainer.loop.resume import trial_start
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
@@ -58,16 +55,14 @@ class Testbed:
         req = req.model_copy(update={"replicate": replicate, "probe_size": b.probe_size})
         return rt.trainer.run_pilot(req, timeout_s=rt.cfg.trainer.phase_timeout_s)
 
-    def trial(self, candidate: Candidate, margin: float = 0.0) -> Check:
-        """The A/B decision (``backtest.trial_verdict``: attempts made while training reject first), seed by seed;
-        ``margin`` > 0 asks for non-inferiority (the interval's lower end above -margin) instead of a gain.
+    def trial(self, candidate: Candidate) -> Check:
+        """The A/B decision (``backtest.trial_verdict``: attempts made while training reject first), seed by seed.
 
         After each seed but the last, a candidate that has not gained on main at all (its paired point estimate at
-        most 0; at most -margin when non-inferiority suffices) stops there, rejected: a futility stop. It can only
-        turn a promotion into a rejection, so the round's false-promotion level holds, and it spares the further
-        seeds of most candidates that cannot help (an edit worth +3 dev points shows no gain at one seed of 2,000
-        probe tasks well under 1% of the time). Main's seeds are trained when a candidate first needs them, once per
-        phase."""
+        most 0) stops there, rejected: a futility stop. It can only turn a promotion into a rejection, so the round's
+        false-promotion level holds, and it spares the further seeds of most candidates that cannot help (an edit
+        worth +3 dev points shows no gain at one seed of 2,000 probe tasks well under 1% of the time). Main's seeds
+        are trained when a candidate first needs them, once per phase."""
         b = self.rt.cfg.backtest
         level = phase_level(self.rt.cfg.evolution, b)
         cand: list[PilotResult] = []
@@ -79,15 +74,12 @@ class Testbed:
                     spent += self._main_arm[-1].completions
                 cand.append(self._pilot(candidate.sha, replicate))
                 spent += cand[-1].completions
-                verdict = trial_verdict(self._main_arm[:len(cand)], cand, level, margin)
+                verdict = trial_verdict(self._main_arm[:len(cand)], cand, level)
                 if verdict.name != TRIAL:
                     break  # its code tried a forbidden operation while it trained: rejected for that, at once
-                floor = resolvable_margin(margin, cand[-1].probe.n * b.trial_seeds)  # the decision scored its probe
-                futile = verdict.candidate is not None and verdict.candidate <= verdict.base - floor
-                if futile and len(cand) < b.trial_seeds:
-                    why = f"{floor:.4f} or more below main" if floor else "no gain on main"
+                if verdict.candidate <= verdict.base and len(cand) < b.trial_seeds:
                     verdict = verdict.model_copy(update={"detail": f"{verdict.detail}; stopped after {len(cand)} of "
-                                                         f"{b.trial_seeds} seeds: {why} (futility stop)"})
+                                                         f"{b.trial_seeds} seeds: no gain on main (futility stop)"})
                     break
         except TrainerError as err:
             return Check(name=TRIAL, passed=False, detail=f"the trial failed in the trainer: {err}")
@@ -98,14 +90,12 @@ class Testbed:
         return verdict
 
     def judge(self, candidate: Candidate) -> BacktestReport:
-        """The replay checks; then, when they all pass and trials are on, the trial decides (non-inferiority
-        suffices when the candidate moved its target on replay)."""
+        """The replay checks; then, when they all pass and trials are on, the trial decides."""
         rt = self.rt
         report = judge(rt.repo, candidate, rt.evidence.main(self.main_sha, self.retained), settings=rt.cfg.backtest,
                        sandbox=rt.cfg.sandbox, hide=rt.rd.hidden_from_harness())
         if self.trials and report.verdict == "promote":
-            moved = mechanism_moved(report) is not None
-            report = with_check(report, self.trial(candidate, rt.cfg.backtest.non_inferiority_margin if moved else 0))
+            report = with_check(report, self.trial(candidate))
         return report
 
 
