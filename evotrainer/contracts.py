@@ -59,6 +59,25 @@ class EvalResult(_Model):
         default_factory=dict, description="per task id, the share of its samples the verifier accepted "
         "(0 or 1 under greedy decoding): what paired comparisons of two checkpoints are computed on"
     )
+    answers: dict[str, str] = Field(
+        default_factory=dict, description="per task id, a short fingerprint of the answer its completion(s) gave "
+        "(trainer.model.answer_fingerprint), kept for the dev split and the trials' probe only: whether training "
+        "changed the policy's answers at all (a trial in which neither arm's answers changed is uninformative)")
+    tolerant_accuracy: float | None = Field(
+        None, description="the same completions under the domain's tolerant verdict (Domain.verify_tolerant: the "
+        "right answer with formatting slips a lenient reader forgives, such as a trailing period): whether training "
+        "taught the skill or only the answer's form. Reports only, no decision reads it; None when not measured")
+    tolerant_by_difficulty: dict[str, float] = Field(default_factory=dict)
+    tolerant_items: dict[str, float] = Field(default_factory=dict, description="per task id, as ``items`` under the "
+                                             "tolerant verdict")
+
+    def tolerant(self) -> EvalResult | None:
+        """The tolerant score as an EvalResult of its own (accuracy, by difficulty, items), so every figure computed
+        on a strict score (a paired change, an interval) is computed on it the same way; None when not measured."""
+        if self.tolerant_accuracy is None:
+            return None
+        return EvalResult(accuracy=self.tolerant_accuracy, n=self.n, by_difficulty=self.tolerant_by_difficulty,
+                          items=self.tolerant_items, truncated_rate=self.truncated_rate)
 
 
 class PhaseResult(_Model):

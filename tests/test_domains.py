@@ -112,3 +112,15 @@ def test_verifier_accepts_the_integer_answer_on_the_first_line_only(splits):
     assert domain.verify(task, "-7") and domain.verify(task, " -7 \nanything after")
     assert not domain.verify(task, "-7 8") and not domain.verify(task, "7") and not domain.verify(task, "")
     assert domain.verify({**task, "answer": "9"}, "+9")
+
+
+def test_the_tolerant_verdict_forgives_a_period_slip_and_never_another_number(splits):
+    domain, s = splits
+    task = {**s["rl"][0], "answer": "40"}
+    for slip in ("40.", "40 .", " 40!\n", "\n\n40.", "= 40,"):  # the warm-up's slip and its kin: strict-wrong
+        assert domain.verify_tolerant(task, slip) and not domain.verify(task, slip), slip
+    for wrong in ("41.", "40.5", "4,0", "-40.", "40 41.", "", "."):  # another number, or none: wrong under both
+        assert not domain.verify_tolerant(task, wrong) and not domain.verify(task, wrong), wrong
+    for right in ("40", "= 40.", " 40 \nanything after"):  # what the strict verdict takes, the tolerant one takes
+        assert domain.verify(task, right) and domain.verify_tolerant(task, right), right
+    assert all(domain.verify_tolerant(t, domain.near_miss(t)) for t in s["dev"][:200])  # math's near miss is a slip

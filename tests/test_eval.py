@@ -122,3 +122,37 @@ def test_ended_length_counts_the_tokens_of_completions_that_ended_and_leaves_cut
     assert short.ended_length["max"] < lengths[-1] and short.ended_length["budget"] == lengths[-1] - 1
     assert short.truncated_rate > full.truncated_rate
     assert ended_length([], 16) == {"n": 0, "budget": 16} and full.ended_length["n"] == len(lengths)
+
+
+def test_the_tolerant_score_reads_the_same_completions_and_forgives_only_the_format_slip(monkeypatch):
+    """A real (very small) policy warmed up to answer every sum with the format slip ``7.``, scored by the real
+    evaluation: where the answer is 7 it is wrong strictly and right under the tolerant verdict, where it is 8 wrong
+    under both, per level too; and the tolerant score costs no generation of its own."""
+    from evotrainer.domains.math import MathDomain
+    from evotrainer.policy import build
+    from evotrainer.trainer.model import evaluate
+
+    domain = MathDomain()
+    split = domain.splits(0, {"dev": 40, "warmup": 260})
+    tokenizer = build.build_tokenizer()
+    cfg = C.TinyPolicyConfig(hidden_size=16, num_layers=1, num_heads=2, warmup_steps=300, warmup_batch_size=8,
+                             warmup_lr=1e-2, warmup_target_accuracy=1.0, warmup_slip=0.9)
+    model = build.build_model(cfg, len(tokenizer), 0)
+    build.warm_up(model, tokenizer, [(domain.canonical_prompt(t), "7", "7.") for t in split["warmup"]], cfg, 0,
+                  log=lambda _: None)
+    tasks = [{**t, "answer": "78"[n % 2]} for n, t in enumerate(split["dev"])]  # each level: half 7, half 8
+    said = build.greedy_answers(model, tokenizer, [domain.canonical_prompt(t) for t in tasks])
+    assert said.count("7.") >= 36, said  # the slip is what the policy writes
+
+    rows: list[int] = []
+    generate = model.generate
+    monkeypatch.setattr(model, "generate", lambda **kw: rows.append(kw["input_ids"].shape[0]) or generate(**kw))
+    result = evaluate(model, tokenizer, domain, tasks, 8, "cpu")
+    assert sum(rows) == len(tasks)  # one completion per task, read by both verdicts
+    expected = {t["id"]: float(domain.verify_tolerant(t, s + "\n")) for t, s in zip(tasks, said)}
+    assert result.tolerant_items == expected and set(result.items.values()) == {0.0}
+    assert result.accuracy == 0.0 and result.tolerant_accuracy == pytest.approx(sum(expected.values()) / len(tasks))
+    assert result.tolerant_accuracy >= 0.4  # the 7s, not the 8s (at least 16 of the 20 said "7.")
+    assert result.tolerant_by_difficulty == {lv: pytest.approx(sum(expected[t["id"]] for t in tasks if t["difficulty"]
+                                             == lv) / 10) for lv in domain.levels}  # 10 dev tasks a level
+    assert result.tolerant().items == result.tolerant_items and result.tolerant().accuracy == result.tolerant_accuracy

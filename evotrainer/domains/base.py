@@ -52,6 +52,13 @@ class Domain(ABC):
     def verify(self, task: Task, completion: str) -> bool:
         """Ground truth: does the completion answer the task correctly?"""
 
+    def verify_tolerant(self, task: Task, completion: str) -> bool:
+        """A lenient reader's verdict: the same right answer, with the formatting slips such a reader forgives
+        (math: a trailing period or other punctuation, surrounding whitespace), never another answer. It reports
+        only (``EvalResult.tolerant_accuracy``: whether training taught the skill or only the answer's form); no
+        decision reads it. By default the strict verdict: a domain without forgivable slips need not override it."""
+        return self.verify(task, completion)
+
     def near_miss(self, task: Task) -> str | None:
         """A common wrong answer to the task (a slip a learner makes), or None when the domain names none. Only the
         tiny policy's warm-up uses it (``policy.tiny.warmup_slip``); never the verifier."""

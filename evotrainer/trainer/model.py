@@ -88,22 +88,42 @@ def eval_prompt(tokenizer, domain, task: dict, chat: bool) -> str:
                                          add_generation_prompt=True, tokenize=False)
 
 
-def evaluate_as_configured(model, tokenizer, domain, tasks: list[dict], device: str, training, policy) -> EvalResult:
+def evaluate_as_configured(model, tokenizer, domain, tasks: list[dict], device: str, training, policy,
+                           answers: bool = False) -> EvalResult:
     """:func:`evaluate` with the run's settings (``training.eval_*``, ``policy.chat``): the one way a phase, a trial's
     probe and ``POST /evaluate`` score a checkpoint, so they cannot disagree on how."""
     return evaluate(model, tokenizer, domain, tasks, training.eval_max_new_tokens, device,
-                    batch_size=training.eval_batch_size, samples=training.eval_samples, chat=policy.chat)
+                    batch_size=training.eval_batch_size, samples=training.eval_samples, chat=policy.chat,
+                    answers=answers)
+
+
+def answer_fingerprint(domain, texts: list[str]) -> str:
+    """A short fingerprint (8 hex digits) of the answers ``texts`` (one task's completions) give: the domain's
+    extracted answer of each, or its whole stripped text when the domain finds none in its format ("40." and "41."
+    differ). Two checkpoints that give a task the same answers have the same fingerprint; a collision between two
+    different answers has odds of 1 in 4 billion (``EvalResult.answers``)."""
+    import hashlib
+
+    said = []
+    for text in texts:
+        answer = domain.extract_answer(text)
+        said.append(f"answer:{answer}" if answer is not None else f"text:{text.strip()}")
+    return hashlib.blake2b("\x1f".join(said).encode(), digest_size=4).hexdigest()
 
 
 def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, device: str,
-             batch_size: int = 128, samples: int = 0, seed: int = 0, chat: str = "auto") -> EvalResult:
+             batch_size: int = 128, samples: int = 0, seed: int = 0, chat: str = "auto",
+             answers: bool = False) -> EvalResult:
     """Held-out evaluation with the evaluator's canonical prompt and verifier.
 
     ``samples`` = 0: one greedy completion per task, item score 0 or 1. ``samples`` = k > 0: sampled pass@1, k
     completions per task at temperature 1 (no top-k/top-p), item score = the share the verifier accepts; the
     sampling is seeded by ``seed`` (the caller's random state is left as it was), so two checkpoints scored on the
     same tasks draw from the same random stream. ``batch_size`` counts completions per generate call. ``chat``
-    is ``policy.chat`` (see ``uses_chat``).
+    is ``policy.chat`` (see ``uses_chat``). The same completions are also scored by the domain's tolerant verdict
+    (``Domain.verify_tolerant``, the ``tolerant_*`` fields): no second generation, and it only reports. With
+    ``answers``, each task's answers are kept as a short fingerprint (:func:`answer_fingerprint`,
+    ``EvalResult.answers``): the dev split's and the trials' probe, whose answers a trial compares with the start's.
     """
     import torch
 
@@ -115,7 +135,10 @@ def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, d
     k = max(samples, 1)
     per_call = max(1, batch_size // k)
     scores_by: dict[str, list[float]] = defaultdict(list)
+    tolerant_by: dict[str, list[float]] = defaultdict(list)
     items: dict[str, float] = {}
+    tolerant: dict[str, float] = {}
+    given: dict[str, str] = {}  # task id -> answer fingerprint, with ``answers``
     ended: list[int] = []  # tokens (end-of-sequence included) of each completion that ended within the budget
     eos = tokenizer.eos_token_id
     sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=k) if samples \
@@ -133,16 +156,24 @@ def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, d
             texts = tokenizer.batch_decode(gen, skip_special_tokens=True)
             rows = gen.tolist()
             for j, t in enumerate(chunk):
-                score = sum(domain.verify(t, text) for text in texts[j * k : (j + 1) * k]) / k
+                own = texts[j * k : (j + 1) * k]
+                score = sum(domain.verify(t, text) for text in own) / k
+                lenient = sum(domain.verify_tolerant(t, text) for text in own) / k
                 ended += [ids.index(eos) + 1 for ids in rows[j * k : (j + 1) * k] if eos in ids]
                 scores_by[t["difficulty"]].append(score)
-                items[t["id"]] = score
+                tolerant_by[t["difficulty"]].append(lenient)
+                items[t["id"]], tolerant[t["id"]] = score, lenient
+                if answers:
+                    given[t["id"]] = answer_fingerprint(domain, own)
     allv = [v for vs in scores_by.values() for v in vs]
+    allt = [v for vs in tolerant_by.values() for v in vs]
+    mean = lambda by: {d: sum(v) / len(v) for d, v in sorted(by.items())}  # noqa: E731 (per difficulty)
     return EvalResult(
-        accuracy=sum(allv) / max(len(allv), 1), n=len(allv),
-        by_difficulty={d: sum(v) / len(v) for d, v in sorted(scores_by.items())},
+        accuracy=sum(allv) / max(len(allv), 1), n=len(allv), by_difficulty=mean(scores_by),
         truncated_rate=(len(allv) * k - len(ended)) / max(len(allv) * k, 1), items=items,  # the rest were cut
         ended_length=ended_length(ended, max_new_tokens),
+        tolerant_accuracy=sum(allt) / max(len(allt), 1), tolerant_by_difficulty=mean(tolerant_by),
+        tolerant_items=tolerant, answers=given,
     )
 
 

@@ -30,7 +30,9 @@ levels or harder ones.
 The canonical prompt is the compact expression plus ``=``; an instruct model (chat template) is asked "What is
 37 - 5 + 8? Reply with only the number." instead. The verifier reads the completion up to its first newline and
 accepts it when it is an integer literal equal to the answer, or ends in ``= <integer>`` / ``answer is <integer>``
-(an optional final period) with that integer equal to the answer.
+(an optional final period) with that integer equal to the answer. ``verify_tolerant`` (reports only, never a
+decision) is a lenient reader's verdict: the same test after forgiving whitespace around the answer line (blank
+lines before it included) and punctuation after it, so the warm-up's slip ``40.`` counts and ``40.5`` does not.
 
 This package is the evaluator's side (tasks, canonical prompt, verifier) and imports nothing from ``agents``; the
 Engineer's math-only harness edits live in ``agents/domains/math.py``. Try it alone::
@@ -59,6 +61,7 @@ LEVELS: dict[str, list[Shape]] = {
 
 _INT = re.compile(r"[+-]?\d+")
 _FINAL = re.compile(r"(?:=|answer is:?)\s*([+-]?\d+)\.?$", re.IGNORECASE)
+_FORGIVEN = ".,;:!? \t"  # what a lenient reader drops from the end of the answer line (verify_tolerant)
 
 
 def _operands(digits: int) -> range:
@@ -170,6 +173,13 @@ class MathDomain(Domain):
     def verify(self, task: Task, completion: str) -> bool:
         answer = self.extract_answer(completion)
         return answer is not None and int(answer) == int(task["answer"])
+
+    def verify_tolerant(self, task: Task, completion: str) -> bool:
+        """``verify``, or ``verify`` of the answer line with the formatting slips a lenient reader forgives taken
+        away: whitespace around it (blank lines before it included) and punctuation after it (``40.``, ``40 !``).
+        Nothing inside the number is forgiven (``40.5``, ``4,0`` and ``-40`` for 40 stay wrong)."""
+        line = completion.lstrip().split("\n", 1)[0].rstrip(_FORGIVEN)
+        return self.verify(task, completion) or self.verify(task, line)
 
     def near_miss(self, task: Task) -> str | None:
         """The right value with a period after it (``40.``): a format slip that ``verify`` rejects, as a strict
