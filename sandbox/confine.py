@@ -25,7 +25,7 @@ import os
 import time
 from pathlib import Path
 
-from sandbox import cgroups
+import sandbox.cgroups as cgroups
 from sandbox.limits import SandboxLimits
 from sandbox.processes import POLL_S
 

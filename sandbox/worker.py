@@ -27,7 +27,8 @@ import weakref
 from pathlib import Path
 from typing import Any, Iterable
 
-from sandbox import frames, responses
+import sandbox.frames as frames
+import sandbox.responses as responses
 from sandbox.backends import DEFAULT_IMAGE, _framework_paths, _runner_path, _sandbox_argv, choose_backend
 from sandbox.confine import Confinement
 from sandbox.limits import SandboxLimits

@@ -1,7 +1,8 @@
 """The project's packages form a tree, not a web: no import circle among the modules of ``evotrainer``, ``agents``
-and ``sandbox`` (every import counts, the ones inside functions and under TYPE_CHECKING too), and the evaluator's
-side (``evotrainer/domains/``) imports nothing from ``agents``. The checker is tested on a scratch tree with a
-circle planted in it, so a checker that finds nothing cannot pass.
+and ``sandbox`` (every import counts, the ones inside functions and under TYPE_CHECKING too; a name read from a
+package's face, ``from sandbox import frames``, counts as an import of that package's ``__init__`` as well), and the
+evaluator's side (``evotrainer/domains/``) imports nothing from ``agents``. The checker is tested on a scratch tree
+with circles planted in it, so a checker that finds nothing cannot pass.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def modules(root: Path, packages=PACKAGES) -> dict[str, Path]:
 
 
 def imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
-    """The project modules ``path`` imports: ``from X import Y`` names X.Y when that is a module, else X."""
+    """The project modules ``path`` imports: ``from X import Y`` names X.Y when that is a module, else X; and X too
+    when X is a package, even for a submodule Y: the name is read from the package's face (its ``__init__``, which
+    may bind Y to anything), so a module that does so depends on what that face imports."""
     is_pkg = path.name == "__init__.py"
     out = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -41,7 +44,7 @@ def imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
                 sub = f"{base}.{alias.name}"
                 if sub in known:
                     out.add(sub)
-                elif base in known:
+                if base in known:  # the module X.Y, or the package X whose face Y is read from
                     out.add(base)
     out.discard(name)
     return out
@@ -111,4 +114,11 @@ def test_the_checker_finds_a_circle_planted_in_a_scratch_tree(tmp_path: Path):
         (tmp_path / rel).write_text(text)
     assert circles(graph(tmp_path)) == [["evotrainer.a", "evotrainer.b", "evotrainer.c"]]
     (tmp_path / "evotrainer/c.py").write_text("")  # the circle broken: a tree again
+    assert circles(graph(tmp_path)) == []
+    # a circle through a package's face: its __init__ imports a module that reads a sibling from the face
+    (tmp_path / "sandbox/__init__.py").write_text("from sandbox.w import run\n")
+    (tmp_path / "sandbox/w.py").write_text("from sandbox import f\n\ndef run():\n    pass\n")
+    (tmp_path / "sandbox/f.py").write_text("")
+    assert circles(graph(tmp_path)) == [["sandbox", "sandbox.w"]]
+    (tmp_path / "sandbox/w.py").write_text("import sandbox.f\nfrom sandbox.f import __doc__\n")  # the defining module
     assert circles(graph(tmp_path)) == []
