@@ -268,14 +268,26 @@ def test_a_knob_the_trainer_rejects_fails_the_trial_with_the_trainers_reason(tmp
     assert state.trial_lost == {}
 
 
-def _pilot(correct: list[int], attempts: list[dict] = ()):
+def answers(correct: list[int]) -> dict[str, str]:
+    """A probe's answers as fingerprints: here one right answer and one wrong answer per task, so an answer changed
+    exactly where the task's score did."""
+    return {f"probe-{i}": "right" if ok else "wrong" for i, ok in enumerate(correct)}
+
+
+def moved(n: int) -> dict[str, str]:
+    """The answers of a start whose every answer the trial's arms changed (an informative trial)."""
+    return {f"probe-{i}": "start" for i in range(n)}
+
+
+def _pilot(correct: list[int], attempts: list[dict] = (), completions: int = 0):
     from evotrainer.contracts import EvalResult
     from evotrainer.trainer.wire import PilotResult
 
     items = {f"probe-{i}": float(ok) for i, ok in enumerate(correct)}
     return PilotResult(harness_sha="0" * 40, steps=2, rollout_path="x", stats={}, wall_time_s=1.0,
-                       probe=EvalResult(accuracy=sum(correct) / len(correct), n=len(correct), items=items),
-                       sandbox_attempts=list(attempts))
+                       probe=EvalResult(accuracy=sum(correct) / len(correct), n=len(correct), items=items,
+                                        answers=answers(correct)),
+                       sandbox_attempts=list(attempts), completions=completions)
 
 
 def test_the_trial_holds_only_the_candidates_own_attempts_against_it() -> None:
@@ -283,13 +295,13 @@ def test_the_trial_holds_only_the_candidates_own_attempts_against_it() -> None:
 
     inherited = {"kind": "network", "what": "connect 192.0.2.1:80", "where": "rewards.py:9", "op": "score"}
     own = {"kind": "file", "what": "open /etc/passwd", "where": "filters.py:3", "op": "filter"}
-    main = [_pilot([1, 0] * 50, [inherited])]
-    same = trial_verdict(main, [_pilot([1, 0] * 50, [inherited])])  # main's code did it too: the decision decides
+    main, start = [_pilot([1, 0] * 50, [inherited])], moved(100)
+    same = trial_verdict(main, [_pilot([1, 0] * 50, [inherited])], start=start)  # main's code did it too: decided
     assert same.name == "trial:probe_accuracy" and not same.passed and same.candidate == 0.5
-    worse = trial_verdict(main, [_pilot([1] * 100, [inherited, own])])  # a clear gain does not buy its own attempt
+    worse = trial_verdict(main, [_pilot([1] * 100, [inherited, own])], start=start)  # a gain buys no attempt
     assert worse.name == "trial:sandbox_attempts" and not worse.passed
     assert "open /etc/passwd" in worse.detail and "192.0.2.1" not in worse.detail
-    assert trial_verdict(main, [_pilot([1] * 100, [inherited])]).passed
+    assert trial_verdict(main, [_pilot([1] * 100, [inherited])], start=start).passed
 
 
 def test_a_trial_holds_the_false_promotion_rate_per_round_not_per_trial() -> None:
@@ -305,8 +317,8 @@ def test_a_trial_holds_the_false_promotion_rate_per_round_not_per_trial() -> Non
     main = [_pilot([1] * 100 + [0] * 200)]
     for gained, alone, in_round in ((15, True, False), (30, True, True), (10, False, False)):
         cand = [_pilot([1] * 95 + [0] * 5 + [1] * gained + [0] * (200 - gained))]  # 5 of main's tasks lost
-        assert trial_verdict(main, cand).passed == alone, gained
-        check = trial_verdict(main, cand, level)
+        assert trial_verdict(main, cand, start=moved(300)).passed == alone, gained
+        check = trial_verdict(main, cand, level, moved(300))
         assert check.passed == in_round and "(99.2% CI" in check.detail, (gained, check.detail)
 
 
@@ -344,14 +356,42 @@ def test_the_replay_uses_at_most_replay_batches_whole_batches_spread_over_the_ph
         rt.evidence.close()
 
 
+MAIN = [1] * 1000 + [0] * 1000  # main's arm answers 1,000 of 2,000 probe tasks, and as the start did
+
+
+class _Trainer:
+    """A trainer service whose pilots are scripted per harness sha (``probes``: sha -> the probe's scores, main's
+    by default) and whose start checkpoint answers as ``start``; it records what it was asked."""
+
+    def __init__(self, probes: dict[str, list[int]], start: list[int] = MAIN, completions: int = 10) -> None:
+        self.probes, self.start, self.completions = probes, start, completions
+        self.piloted: list[tuple[str, int, int]] = []  # (sha, replicate, steps)
+        self.evaluated: list[tuple[str, str]] = []  # (split, checkpoint)
+
+    def run_pilot(self, req, timeout_s):
+        self.piloted.append((req.harness_sha, req.replicate, req.steps))
+        return _pilot(self.probes.get(req.harness_sha, MAIN), completions=self.completions)
+
+    def evaluate(self, req, timeout_s):
+        from evotrainer.contracts import EvalResult
+
+        self.evaluated.append((req.split, req.checkpoint))
+        return EvalResult(accuracy=sum(self.start) / len(self.start), n=len(self.start), answers=answers(self.start))
+
+
 class _ScriptedTrials(backtest.Testbed):
     """The loop's Testbed with each trial arm's probe scripted (``_pilot``): the replay checks and the decision are
-    the real ones; main's arm answers 1,000 of 2,000 probe tasks, the candidate's loses 16 of them and gains 10."""
+    the real ones; main's arm answers as the start did (``MAIN``), the candidate's loses 16 of its tasks and gains
+    10, so 1.3% of its answers changed."""
+
+    def __init__(self, rt: Runtime, cand: list[int] = (), start: list[int] = MAIN) -> None:
+        from evotrainer.contracts import EvalResult
+
+        super().__init__(rt, 1, rt.repo.sha("main"), start_dev=EvalResult(accuracy=0.5, n=2000, answers=answers(start)))
+        self.cand = list(cand) or [1] * 984 + [0] * 16 + [1] * 10 + [0] * 990
 
     def _pilot(self, sha: str, replicate: int):
-        if sha == self.main_sha:
-            return _pilot([1] * 1000 + [0] * 1000)
-        return _pilot([1] * 984 + [0] * 16 + [1] * 10 + [0] * 990)
+        return _pilot(MAIN if sha == self.main_sha else self.cand)
 
 
 def test_a_repair_that_moved_its_target_on_replay_must_still_gain(tmp_path: Path) -> None:
@@ -362,7 +402,7 @@ def test_a_repair_that_moved_its_target_on_replay_must_still_gain(tmp_path: Path
     rt = runtime(rd, TrainerClient(f"http://127.0.0.1:{free_port()}"))
     try:
         cand = candidate(rt.repo, "numeric", {"rewards.py": NUMERIC_REWARDS}, "rewards.correct")
-        report = _ScriptedTrials(rt, 1, rt.repo.sha("main")).judge(cand)
+        report = _ScriptedTrials(rt).judge(cand)
     finally:
         rt.close()
     target = next(c for c in report.checks if c.name == "target:reward_verified_auc")
@@ -382,7 +422,7 @@ def test_an_edit_that_moves_nothing_on_replay_never_reaches_a_trial(tmp_path: Pa
         same = main.replace('"""1 when', '"""(Reviewed.) 1 when')
         assert same != main
         cand = candidate(rt.repo, "reviewed", {"rewards.py": same}, "rewards.correct")
-        report = _ScriptedTrials(rt, 1, rt.repo.sha("main")).judge(cand)
+        report = _ScriptedTrials(rt).judge(cand)
     finally:
         rt.close()
     assert report.verdict == "reject" and not any(c.name.startswith("trial:") for c in report.checks)
@@ -398,3 +438,83 @@ def test_two_arms_that_answer_alike_promote_nothing(tasks: int) -> None:
     alike = [_pilot([1, 0] * (tasks // 2)).probe] * 2
     check = trial_check(alike, alike)
     assert not check.passed and "CI +0.0000 to +0.0000" in check.detail and "does not clear zero" in check.detail
+
+
+def test_an_uninformative_trial_promotes_nothing_even_with_a_gain(tmp_path: Path) -> None:
+    """Main's arm answers every probe task as the start did; the candidate's changes 18 of 2,000 answers (0.9%), each
+    from wrong to right: a gain whose interval clears zero, and still no promotion, since neither arm changed 1% of
+    its answers. Not a loss on the merits either: the edit is not remembered as one."""
+    from evotrainer.judge.checks import TRIAL_ANSWERS, trial_check
+
+    rd = make_run(tmp_path / "run", ["backtest.trial_steps=5", "backtest.trial_seeds=2"])
+    rt = runtime(rd, TrainerClient(f"http://127.0.0.1:{free_port()}"))
+    small = [1] * 1000 + [1] * 18 + [0] * 982
+    try:
+        cand = candidate(rt.repo, "numeric", {"rewards.py": NUMERIC_REWARDS}, "rewards.correct")
+        report = _ScriptedTrials(rt, small).judge(cand)
+    finally:
+        rt.close()
+    assert trial_check([_pilot(MAIN).probe], [_pilot(small).probe]).passed  # the gain alone would have promoted
+    check = next(c for c in report.checks if c.name.startswith("trial:"))
+    assert report.verdict == "reject" and check.name == TRIAL_ANSWERS and not check.passed
+    assert check.detail.startswith("uninformative: main changed 0.0% and the candidate 0.9% of probe answers since "
+                                   "the start; at least 1% needed"), check.detail
+    assert (check.base, check.candidate) == (0.0, 0.009) and "stopped after 1 of 2 seeds" in check.detail
+    assert backtest.not_worth_retrying(report) is None
+
+
+@pytest.mark.parametrize("changed, informative", [(19, False), (20, True)])
+def test_one_arm_that_changed_one_percent_of_its_answers_makes_a_trial_informative(changed: int,
+                                                                                  informative: bool) -> None:
+    from evotrainer.judge.checks import MIN_ANSWERS_CHANGED, TRIAL, TRIAL_ANSWERS, trial_verdict
+
+    assert MIN_ANSWERS_CHANGED == 0.01
+    start = answers(MAIN)
+    cand = [_pilot([1] * 1000 + [1] * changed + [0] * (1000 - changed))]
+    check = trial_verdict([_pilot(MAIN)], cand, start=start)
+    assert check.name == (TRIAL if informative else TRIAL_ANSWERS), check.detail
+    # either arm will do: main's arm moving is as informative as the candidate's
+    assert trial_verdict(cand, [_pilot(MAIN)], start=start).name == check.name
+
+
+def test_answers_that_were_not_recorded_make_no_trial_informative() -> None:
+    from evotrainer.judge.checks import TRIAL_ANSWERS, trial_verdict
+
+    gain = [_pilot([1] * 2000)]
+    for start in (None, {}, dict(list(answers(MAIN).items())[:1999])):  # none, or one task's missing
+        check = trial_verdict([_pilot(MAIN)], gain, start=start)
+        assert check.name == TRIAL_ANSWERS and not check.passed and "cannot tell" in check.detail
+
+
+def test_the_start_answers_are_asked_of_the_trainer_once_when_not_recorded_and_counted(tmp_path: Path) -> None:
+    """A start checkpoint whose dev result carries no answers (a run scored before they were kept) is scored once
+    on the dev split by the trainer; its completions are judging compute, counted in the trial's event."""
+    from evotrainer.contracts import EvalResult
+
+    rd = make_run(tmp_path / "run", ["backtest.trial_steps=5", "backtest.trial_seeds=1"])
+    gain = [1] * 1100 + [0] * 900
+    trainer = _Trainer({"c" * 40: gain, "d" * 40: gain})
+    rt = runtime(rd, trainer)
+    try:
+        old = EvalResult(accuracy=0.5, n=2000, items={f"probe-{i}": float(ok) for i, ok in enumerate(MAIN)})
+        testbed = backtest.Testbed(rt, 1, rt.repo.sha("main"), start=1, start_dev=old)
+        for sha in ("c" * 40, "d" * 40):
+            assert testbed.trial(Candidate(branch=f"candidates/{sha[0]}", base_sha="m", sha=sha, diagnosis_id="d",
+                                           intervention="i", hypothesis="h", variable="v", target_metric="t",
+                                           direction="up", expected="e", rollback="r")).passed
+    finally:
+        rt.close()
+    assert trainer.evaluated == [("dev", str(rd.checkpoint(1)))]  # once, the checkpoint both arms trained from
+    trials = [e for e in map(json.loads, rd.events_path.read_text().splitlines()) if e["kind"] == "trial"]
+    assert [t["completions"] for t in trials] == [2000 + 10 + 10, 10]  # the start's answers, main's arm, the edit's
+
+
+def test_an_answer_fingerprint_changes_with_the_answer_not_with_what_follows_it() -> None:
+    from evotrainer.domains import get_domain
+    from evotrainer.trainer.model import answer_fingerprint
+
+    math = get_domain("math")
+    same = answer_fingerprint(math, ["40"])
+    assert answer_fingerprint(math, ["40\nthen more"]) == same and answer_fingerprint(math, [" 40 "]) == same
+    assert len({same, answer_fingerprint(math, ["41"]), answer_fingerprint(math, ["40."]),
+                answer_fingerprint(math, ["41."]), answer_fingerprint(math, ["40", "40"])}) == 5  # a slip is an answer

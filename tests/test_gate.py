@@ -13,7 +13,7 @@ import pytest
 
 from agents.playbook import find
 from evotrainer import config as C
-from evotrainer.config import BacktestConfig, SandboxConfig, TrainingConfig
+from evotrainer.config import BacktestConfig, PolicyConfig, SandboxConfig, TrainingConfig
 from evotrainer.contracts import Candidate
 from evotrainer.harness.knobs import read_knobs
 from evotrainer.harness.repo import HarnessRepo
@@ -33,6 +33,7 @@ def tie_break(sample):
 COMPONENTS = {"correct": correct, "tie_break": tie_break}
 '''
 SETTINGS = BacktestConfig(bootstrap=100, test_timeout_s=10, trial_steps=8, trial_seeds=2, probe_size=200)
+TRAINING = TrainingConfig(prompts_per_step=4, eval_max_new_tokens=8)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def _pilots(rd: RunDir, sha: str) -> list:
 
     return [run_pilot(PhaseRequest(run_dir=str(rd.root), phase=1, harness_sha=sha, pilot=True, replicate=r,
                                    init_checkpoint=str(rd.root / "policy" / "base"), steps=SETTINGS.trial_steps,
-                                   training=TrainingConfig(prompts_per_step=4, eval_max_new_tokens=8),
+                                   training=TRAINING,
                                    probe_size=SETTINGS.probe_size,
                                    sandbox=SandboxConfig(backend="process")))
             for r in range(SETTINGS.trial_seeds)]
@@ -78,53 +79,65 @@ def main_arm(run_dir: RunDir) -> list:
     return _pilots(run_dir, HarnessRepo(run_dir.harness).sha("main"))
 
 
-def _judged(run_dir: RunDir, rows: list[dict], cand: Candidate, main_arm: list):
+@pytest.fixture(scope="module")
+def start(run_dir: RunDir) -> dict[str, str]:
+    """The answers of the checkpoint both arms train from (the starting policy) on the probe, scored as a pilot's
+    probe is: what a trial's arms must have changed to say anything."""
+    from evotrainer.domains import get_domain
+    from evotrainer.trainer.model import evaluate_as_configured, load_policy
+
+    model, tokenizer, _ = load_policy(str(run_dir.root / "policy" / "base"), "cpu", "float32", False, 0)
+    return evaluate_as_configured(model, tokenizer, get_domain("math"), run_dir.probe_tasks(SETTINGS.probe_size),
+                                  "cpu", TRAINING, PolicyConfig(), answers=True).answers
+
+
+def _judged(run_dir: RunDir, rows: list[dict], cand: Candidate, main_arm: list, start: dict[str, str]):
     repo = HarnessRepo(run_dir.harness)
     report = run_backtest(repo, cand, rows, tasks_for(rows), main_sha=repo.sha("main"), settings=SETTINGS,
                           sandbox=SandboxConfig(), hide=[])
     if report.verdict == "promote":  # what the loop's Testbed does next
-        report = with_check(report, trial_verdict(main_arm, _pilots(run_dir, cand.sha)))
+        report = with_check(report, trial_verdict(main_arm, _pilots(run_dir, cand.sha), start=start))
     return report
 
 
-def test_main_against_itself_never_reaches_a_trial(run_dir, rows, main_arm):
+def test_main_against_itself_never_reaches_a_trial(run_dir, rows, main_arm, start):
     repo = HarnessRepo(run_dir.harness)
     same = repo.show_file("main", "filters.py") + "\n# a comment changes the text, not the harness\n"
     report = _judged(run_dir, rows, _candidate(repo, "itself", {"filters.py": same}, "filters.py",
-                                               "kept_fraction"), main_arm)
+                                               "kept_fraction"), main_arm, start)
     assert report.verdict == "reject" and any(r.startswith("effect: no effect") for r in report.reasons)
     assert not any(c.name.startswith("trial:") for c in report.checks), report.reasons
 
 
-def test_a_loss_rescaling_filter_alone_is_no_effect(run_dir, rows, main_arm):
+def test_a_loss_rescaling_filter_alone_is_no_effect(run_dir, rows, main_arm, start):
     repo = HarnessRepo(run_dir.harness)
     edit = find("math", "drop_zero_variance_groups").edit({"filters.py": repo.show_file("main", "filters.py")},
                                                           read_knobs(repo.path), {})
     report = _judged(run_dir, rows, _candidate(repo, "rescale", edit, "filters.keep_group", "kept_dead_ratio"),
-                     main_arm)
+                     main_arm, start)
     assert report.verdict == "reject" and any(r.startswith("effect: no effect") for r in report.reasons)
     assert not any(c.name.startswith("trial:") for c in report.checks)
 
 
-def test_a_pure_noise_tie_break_passes_safety_and_loses_the_trial(run_dir, rows, main_arm):
+def test_a_pure_noise_tie_break_passes_safety_and_loses_the_trial(run_dir, rows, main_arm, start):
     repo = HarnessRepo(run_dir.harness)
     rewards = repo.show_file("main", "rewards.py").replace('COMPONENTS = {"correct": correct}', NOISE_REWARD.strip())
     cand = _candidate(repo, "noise", {"rewards.py": rewards}, "rewards.py", "dead_group_ratio")
-    report = _judged(run_dir, rows, cand, main_arm)
+    report = _judged(run_dir, rows, cand, main_arm, start)
     target = next(c for c in report.checks if c.name == "target:dead_group_ratio")
     assert target.candidate < target.base  # it "cures" dead groups by construction...
     safety = [c for c in report.checks if not c.name.startswith("trial:")]
     assert all(c.passed for c in safety), report.reasons  # ...passes every safety check and changes the update...
-    trial = next(c for c in report.checks if c.name == "trial:probe_accuracy")
+    trial = next(c for c in report.checks if c.name.startswith("trial:"))
     assert report.verdict == "reject" and not trial.passed, trial  # ...and the trial does not see a gain
 
 
-def test_a_curriculum_that_skips_the_hardest_level_loses_the_trial(run_dir, rows, main_arm):
+def test_a_curriculum_that_skips_the_hardest_level_loses_the_trial(run_dir, rows, main_arm, start):
     repo = HarnessRepo(run_dir.harness)
     knobs = repo.show_file("main", "harness.yaml").replace('"4": 1.0', '"4": 0.0')
     cand = _candidate(repo, "skip-hard", {"harness.yaml": knobs}, "harness.yaml:curriculum_weights",
                       "dead_group_ratio")
-    report = _judged(run_dir, rows, cand, main_arm)
+    report = _judged(run_dir, rows, cand, main_arm, start)
     # the safety checks already refuse a curriculum that stops sampling a level; were it let through, the trial
     # would judge it on the probe split, which keeps every level
     assert report.verdict == "reject", report.reasons
@@ -149,13 +162,13 @@ COMPONENTS = {"correct": correct, "patience": patience}
 '''
 
 
-def test_code_that_misbehaves_only_while_training_is_rejected_by_the_trial(run_dir, rows, main_arm):
+def test_code_that_misbehaves_only_while_training_is_rejected_by_the_trial(run_dir, rows, main_arm, start):
     repo = HarnessRepo(run_dir.harness)
     rewards = repo.show_file("main", "rewards.py").split("\nCOMPONENTS")[0] + TRAINING_ONLY_REWARD
     knobs = repo.show_file("main", "harness.yaml").replace("  correct: 1.0", "  correct: 1.0\n  patience: 0.5")
     cand = _candidate(repo, "patience", {"rewards.py": rewards, "harness.yaml": knobs}, "rewards.patience",
                       "dead_group_ratio")
-    report = _judged(run_dir, rows, cand, main_arm)
+    report = _judged(run_dir, rows, cand, main_arm, start)
     assert all(c.passed for c in report.checks if not c.name.startswith("trial:")), report.reasons
     assert report.verdict == "reject" and report.reasons[0].startswith("trial:sandbox_attempts: network"), \
         report.reasons

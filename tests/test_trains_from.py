@@ -27,7 +27,8 @@ def dev(accuracy: float) -> EvalResult:
     result (so two results disagree on many items, as two checkpoints do)."""
     rng = random.Random(f"{accuracy}")
     items = {f"dev-{i}": float(rng.random() < accuracy) for i in range(N)}
-    return EvalResult(accuracy=sum(items.values()) / N, n=N, items=items)
+    answers = {k: f"{accuracy}:{v}" for k, v in items.items()}  # every result answers otherwise than the others
+    return EvalResult(accuracy=sum(items.values()) / N, n=N, items=items, answers=answers)
 
 
 def result(phase: int, accuracy: float) -> PhaseResult:
@@ -138,7 +139,7 @@ def test_a_candidate_without_gain_at_its_first_seed_stops_there_and_main_trains_
     main, lost, won = "m" * 40, "l" * 40, "w" * 40
     asked = _pilots(rt, {(main, 0): 0.30, (main, 1): 0.31, (lost, 0): 0.20, (lost, 1): 0.40,
                          (won, 0): 0.45, (won, 1): 0.46})
-    testbed = backtest.Testbed(rt, 1, main)
+    testbed = backtest.Testbed(rt, 1, main, start_dev=dev(0.30))
     cand = SimpleNamespace(sha=lost, branch="candidates/phase-1-1")
     check = testbed.trial(cand)
     assert check.name == TRIAL and not check.passed and "futility stop" in check.detail

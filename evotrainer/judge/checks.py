@@ -250,12 +250,55 @@ def effect_check(main: dict, cand: dict, candidate: Candidate) -> Check:
 
 TRIAL = "trial:probe_accuracy"  # the decision's check
 TRIAL_ATTEMPTS = "trial:sandbox_attempts"  # instead of the decision: the candidate's code misbehaved while it trained
+TRIAL_ANSWERS = "trial:answers_changed"  # instead of the decision: neither arm's answers moved, the trial measured nothing
+
+# The least share of the probe's answers (per task and seed) that one arm of a trial must have changed since the
+# checkpoint both arms trained from for the trial to say anything (issue 40). Below it in both arms, the arms differ
+# from each other on at most twice that share of the probe: a handful of discordant tasks then make the whole paired
+# interval, which the bootstrap gets wrong where so few disagree (with none it is 0 to 0, whatever the edit is worth),
+# and training that moved so few answers has not run long enough to show what the edit does to the policy.
+MIN_ANSWERS_CHANGED = 0.01
 
 
 def trial_of(report: BacktestReport) -> Check | None:
-    """The report's A/B trial check (the decision, its attempts check, or a trial the trainer could not run), or None
-    when no trial ran: what spends a round's ``backtest.max_trials`` and what a promotion's margin reads."""
-    return next((c for c in report.checks if c.name in (TRIAL, TRIAL_ATTEMPTS)), None)
+    """The report's A/B trial check (the decision, its attempts check, an uninformative trial's, or a trial the trainer
+    could not run), or None when no trial ran: what a promotion's margin reads."""
+    return next((c for c in report.checks if c.name in (TRIAL, TRIAL_ATTEMPTS, TRIAL_ANSWERS)), None)
+
+
+def answers_changed(start: dict[str, str], probes: list) -> float | None:
+    """The share of (probe task, seed) pairs whose answer (``EvalResult.answers``, a fingerprint) differs from
+    ``start``'s, over one arm's ``probes`` (one EvalResult per seed); None when an answer is missing on either side
+    (nothing can be told then)."""
+    pairs = [(start.get(task), answer) for probe in probes for task, answer in probe.answers.items()]
+    if not pairs or any(probe.n and len(probe.answers) < probe.n for probe in probes) or \
+            any(before is None for before, _ in pairs):
+        return None
+    return sum(before != after for before, after in pairs) / len(pairs)
+
+
+def answers_check(start: dict[str, str] | None, main_runs: list, cand_runs: list) -> Check:
+    """Did training change the policy's answers at all? Passed when either arm changed at least
+    :data:`MIN_ANSWERS_CHANGED` of its probe answers (per task and seed) since the checkpoint both arms trained from
+    (``start``: that checkpoint's answers on the dev split); else the trial is uninformative and promotes nothing,
+    whatever its point gain. Failed, and said so, when the answers were not recorded (a trial that cannot show it
+    measured anything promotes nothing either)."""
+    main = answers_changed(start or {}, main_runs)
+    cand = answers_changed(start or {}, cand_runs)
+    if main is None or cand is None:
+        return Check(name=TRIAL_ANSWERS, passed=False, detail="uninformative: cannot tell whether training changed "
+                     "any probe answer (the answers of the checkpoint both arms started from, or of an arm, were not "
+                     "recorded)")
+    ok = max(main, cand) >= MIN_ANSWERS_CHANGED
+    said = (f"main changed {main:.1%} and the candidate {cand:.1%} of probe answers since the start; at least "
+            f"{MIN_ANSWERS_CHANGED:.0%} needed")
+    return Check(name=TRIAL_ANSWERS, base=round(main, 4), candidate=round(cand, 4), threshold=MIN_ANSWERS_CHANGED,
+                 passed=ok, detail=said if ok else f"uninformative: {said}")
+
+
+def uninformative(report: BacktestReport) -> bool:
+    """Whether the report's trial measured nothing (:func:`answers_check` failed): no verdict on the merits."""
+    return any(c.name == TRIAL_ANSWERS and not c.passed for c in report.checks)
 
 
 def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000, level: float = 0.95) -> Check:
@@ -300,10 +343,13 @@ def _pct(level: float) -> str:
     return f"{level:.1%}".replace(".0%", "%")
 
 
-def trial_verdict(main_pilots: list, cand_pilots: list, level: float = 0.95) -> Check:
+def trial_verdict(main_pilots: list, cand_pilots: list, level: float = 0.95, start: dict[str, str] | None = None
+                  ) -> Check:
     """The trial's check from both arms' pilots (``PilotResult``): a candidate whose harness code tried a forbidden
     operation while it trained, one main's own code did not make, is rejected for that, named (code may behave in
-    the replay and not in training); otherwise the paired A/B decision (``trial_check``)."""
+    the replay and not in training); then a trial in which neither arm changed its answers since ``start`` (the
+    answers of the checkpoint both trained from) is uninformative (:func:`answers_check`), whatever its gain;
+    otherwise the paired A/B decision (``trial_check``), which also says how many answers each arm changed."""
     def seen(pilots: list) -> dict[tuple, dict]:
         return {(a["kind"], a["what"], a.get("where", "")): a for p in pilots for a in p.sandbox_attempts}
 
@@ -311,7 +357,13 @@ def trial_verdict(main_pilots: list, cand_pilots: list, level: float = 0.95) -> 
     new = [a for key, a in seen(cand_pilots).items() if key not in inherited]
     if new:
         return attempts_check(new, TRIAL_ATTEMPTS)
-    return trial_check([p.probe for p in main_pilots], [p.probe for p in cand_pilots], level=level)
+    main, cand = [p.probe for p in main_pilots], [p.probe for p in cand_pilots]
+    moved = answers_check(start, main, cand)
+    decision = trial_check(main, cand, level=level)
+    if not moved.passed:
+        gain = decision.detail.split(":")[0]  # what the decision would have said: for the reader only
+        return moved.model_copy(update={"detail": f"{moved.detail} (the trial's {gain})"})
+    return decision.model_copy(update={"detail": f"{decision.detail}; {moved.detail}"})
 
 
 def with_check(report: BacktestReport, check: Check) -> BacktestReport:

@@ -26,22 +26,24 @@ import time
 
 from langgraph.errors import GraphBubbleUp
 
-from evotrainer.contracts import NOT_JUDGED, BacktestReport, Candidate, Check
+from evotrainer.contracts import NOT_JUDGED, BacktestReport, Candidate, Check, EvalResult
 from evotrainer.judge.checks import TRIAL, could_not_judge, judge, phase_level, trial_of, trial_verdict, with_check
 from evotrainer.loop.resume import trial_start
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.pause import RunPaused
 from evotrainer.trainer.client import TrainerError
-from evotrainer.trainer.wire import PilotResult
+from evotrainer.trainer.wire import EvalRequest, PilotResult
 
 
 class Testbed:
     """Replay checks on the retained rollouts, then an A/B trial from the phase's checkpoint."""
 
-    def __init__(self, rt: Runtime, phase: int, main_sha: str, start: int | None = None):
+    def __init__(self, rt: Runtime, phase: int, main_sha: str, start: int | None = None,
+                 start_dev: EvalResult | None = None):
         self.rt, self.phase, self.main_sha = rt, phase, main_sha
         self.start = phase if start is None else start  # the checkpoint both trial arms train from (loop/resume.py)
+        self._start_dev = start_dev  # that checkpoint's dev result, with its answers when they were recorded
         keep = rt.cfg.backtest.retained_phases
         self.retained = [p for p in range(max(1, phase - keep + 1), phase + 1) if rt.rd.rollout_file(p).exists()]
         self.trials = rt.cfg.backtest.trial_steps > 0
@@ -55,8 +57,20 @@ class Testbed:
         req = req.model_copy(update={"replicate": replicate, "probe_size": b.probe_size})
         return rt.trainer.run_pilot(req, timeout_s=rt.cfg.trainer.phase_timeout_s)
 
+    def start_answers(self) -> tuple[dict[str, str], int]:
+        """(the answers the checkpoint both arms train from gives on the dev split, the completions generated now to
+        get them): recorded when that checkpoint was scored (its phase's dev result, or the starting policy's), else
+        asked of the trainer once (``POST /evaluate`` on the dev split, whose completions count as judging)."""
+        if self._start_dev is not None and self._start_dev.answers:
+            return self._start_dev.answers, 0
+        rt = self.rt
+        req = EvalRequest.make(rt.cfg, str(rt.rd.root), rt.checkpoint_of(self.start)).on("dev")
+        self._start_dev = rt.trainer.evaluate(req, timeout_s=rt.cfg.trainer.phase_timeout_s)
+        return self._start_dev.answers, self._start_dev.n * max(1, rt.cfg.training.eval_samples)
+
     def trial(self, candidate: Candidate) -> Check:
-        """The A/B decision (``backtest.trial_verdict``: attempts made while training reject first), seed by seed.
+        """The A/B decision (``backtest.trial_verdict``: attempts made while training reject first, then a trial in
+        which neither arm changed its answers since the start is uninformative), seed by seed.
 
         After each seed but the last, a candidate that has not gained on main at all (its paired point estimate at
         most 0) stops there, rejected: a futility stop. It can only turn a promotion into a rejection, so the round's
@@ -66,17 +80,20 @@ class Testbed:
         b = self.rt.cfg.backtest
         level = phase_level(self.rt.cfg.evolution, b)
         cand: list[PilotResult] = []
-        spent = 0
         try:
+            start, spent = self.start_answers()
             for replicate in range(b.trial_seeds):
                 if replicate == len(self._main_arm):  # charged to the first trial that needs it
                     self._main_arm.append(self._pilot(self.main_sha, replicate))
                     spent += self._main_arm[-1].completions
                 cand.append(self._pilot(candidate.sha, replicate))
                 spent += cand[-1].completions
-                verdict = trial_verdict(self._main_arm[:len(cand)], cand, level)
-                if verdict.name != TRIAL:
-                    break  # its code tried a forbidden operation while it trained: rejected for that, at once
+                verdict = trial_verdict(self._main_arm[:len(cand)], cand, level, start)
+                if verdict.name != TRIAL:  # its code tried a forbidden operation while it trained, or nothing moved
+                    if len(cand) < b.trial_seeds:
+                        verdict = verdict.model_copy(update={"detail": f"{verdict.detail}; stopped after {len(cand)} "
+                                                             f"of {b.trial_seeds} seeds"})
+                    break
                 if verdict.candidate <= verdict.base and len(cand) < b.trial_seeds:
                     verdict = verdict.model_copy(update={"detail": f"{verdict.detail}; stopped after {len(cand)} of "
                                                          f"{b.trial_seeds} seeds: no gain on main (futility stop)"})
@@ -103,7 +120,8 @@ def step(rt: Runtime, state: RunState) -> dict:
     start, reason = trial_start(rt, state)
     if reason is not None:
         rt.emit("trial_start", phase=state.phase, round=state.engineer_round, start=start, reason=reason)
-    testbed = Testbed(rt, state.phase, rt.repo.sha("main"), start)
+    start_dev = rt.baseline_dev if start == 0 else next((r.dev for r in state.results if r.phase == start), None)
+    testbed = Testbed(rt, state.phase, rt.repo.sha("main"), start, start_dev)
     reports = list(state.reports)
     todo = state.round_candidates()
     no_effect = {sha: list(names) for sha, names in state.no_effect.items()}
@@ -152,7 +170,12 @@ def step(rt: Runtime, state: RunState) -> dict:
 def not_worth_retrying(report: BacktestReport) -> str | None:
     """Why a rejected edit is not worth proposing again on the same main: "no_effect" (it changed no training
     update), "trial_lost" (it trained and did not beat main in its A/B trial; a trial the trainer could not run
-    scored nothing and is no loss), or None."""
+    scored nothing and is no loss), or None.
+
+    An uninformative trial (neither arm changed its answers: ``judge.checks.answers_check``) is no loss either, so the
+    Engineer may propose the edit again: the trial measured nothing about it and could not have promoted it, so a
+    retry spends none of the run's chance of a false promotion, and from a later checkpoint, or once a repair makes
+    training move the policy, the same edit can be judged on its merits."""
     failed = {c.name: c for c in report.checks if not c.passed}
     if "effect" in failed:
         return "no_effect"

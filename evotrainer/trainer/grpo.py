@@ -284,8 +284,8 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
 
     progress({"stage": "eval", "step": req.steps, "total": req.steps})
     held_out, dev = (evaluate_as_configured(out.model, out.tokenizer, out.domain, tasks, out.device, req.training,
-                                            req.policy)
-                     for tasks in (rd.eval_tasks(), rd.dev_tasks()))
+                                            req.policy, answers=answers)  # the dev answers a later trial starts from
+                     for tasks, answers in ((rd.eval_tasks(), False), (rd.dev_tasks(), True)))
     rollout_path = rd.rollout_file(req.phase)
     write_rollouts(hooks.rollouts, rollout_path)
     stats = group_stats([r.model_dump() for r in hooks.rollouts])
@@ -377,7 +377,7 @@ def run_pilot(req: PhaseRequest, progress: Progress = lambda _: None) -> PilotRe
         progress({"stage": "probe", "step": req.steps, "total": req.steps})
         tasks = rd.dev_tasks() if req.counterfactual else rd.probe_tasks(req.probe_size)
         probe = evaluate_as_configured(trained.model, trained.tokenizer, trained.domain, tasks, trained.device,
-                                       req.training, req.policy)
+                                       req.training, req.policy, answers=True)
     return PilotResult(harness_sha=req.harness_sha, steps=req.steps, replicate=req.replicate, rollout_path=str(out),
                        completions=len(trained.hooks.rollouts), stats=group_stats([r.model_dump() for r in trained.hooks.rollouts]), probe=probe,
                        wall_time_s=round(time.time() - t0, 2), sandbox_attempts=trained.attempts)

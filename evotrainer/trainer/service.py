@@ -8,7 +8,7 @@ API (JSON):
                                   with "pilot": true, a short run scored on the probe split (an A/B trial arm)
     GET  /phases/{job}            {"state": running|done|failed, "progress", "result", "error"}
                                   (result: PhaseResult, or PilotResult for a pilot)
-    POST /evaluate                wire.EvalRequest -> EvalResult on the run's held-out split (409 while a phase runs)
+    POST /evaluate                wire.EvalRequest -> EvalResult on a split of the run (409 while a phase runs)
     POST /shutdown                stops the process
 
 With a token (``EVOTRAINER_TRAINER_TOKEN`` in the service's environment) every endpoint answers 401 to a request
@@ -156,7 +156,7 @@ def create_app(token: str | None = None) -> FastAPI:
             raise HTTPException(422, str(err)) from None
         model.to(dev)
         result = evaluate_as_configured(model, tokenizer, get_domain(req.domain), RunDir(req.run_dir).tasks(req.split),
-                                        dev, req.training, req.policy)
+                                        dev, req.training, req.policy, answers=req.split == "dev")
         return result.model_dump(mode="json")
 
     @app.post("/shutdown")
