@@ -72,6 +72,7 @@ def test_a_hand_written_fix_would_promote_exit_0_json(run: RunDir, cli_env: dict
     assert checks["variable"]["passed"] and "changes rewards.correct" in checks["variable"]["detail"]
     assert checks["effect"]["passed"] and all(c["passed"] for c in checks.values())
     assert "judged on 160 rollouts of phase(s) 1" in out["reason"] and "A/B trial would still decide" in out["reason"]
+    assert "no Target trailer and no Expected '<metric> up|down': the target is the default" in out["reason"]
     assert refs_and_notes(run) == before  # nothing of the run changed: no note, no branch
 
 
@@ -89,6 +90,7 @@ def test_the_json_of_a_rejection_names_the_trailers_and_the_reasons(run: RunDir)
     out = json.loads(result.stdout)
     assert out["verdict"] == "reject" and out["candidate"]["variable"] == "rewards.correct"
     assert out["candidate"]["hypothesis"] == "partial answers deserve credit"
+    assert "no Target trailer: the target is read from its Expected trailer" in out["reason"]
     assert any(r.startswith("main_tests:") and "test_known_reward_hack" in r for r in out["report"]["reasons"])
 
 
@@ -164,3 +166,33 @@ def test_the_replay_takes_at_most_replay_batches_batches(run: RunDir, tmp_path: 
     result = CliRunner().invoke(app, ["backtest", str(rd.root), "by-hand", "--json"])
     assert result.exit_code == 0, result.output
     assert "judged on 64 rollouts of phase(s) 1" in json.loads(result.stdout)["reason"]
+
+
+def test_the_target_is_the_one_the_engineer_committed_read_from_the_commit_alone(run: RunDir, tmp_path: Path) -> None:
+    """The Engineer's commit carries its target (the ``Target`` trailer): ``evotrainer backtest REF`` reads it back
+    as committed, direction included, where the Expected text is free prose (an LLM's, a subtraction's). Older
+    commits without it fall back to an Expected trailer that opens with the metric, then to the default."""
+    from agents.engineer import commit
+    from agents.roles import EngineerContext
+    from evotrainer.contracts import Candidate, Diagnosis
+    from evotrainer.harness.repo import HarnessRepo, target_trailer
+    from evotrainer.judge.ref import DEFAULT_TARGET, candidate_for, target
+
+    repo = HarnessRepo(_copy(run, tmp_path).harness)
+    main = repo.sha("main")
+    ctx = EngineerContext(phase=3, round=1, repo=repo, base_sha=main, knobs=repo.knobs(main), domain="math")
+    d = Diagnosis(id="d1", layer="signal", failure_mode="dead_groups", statement="most groups carry no signal",
+                  severity=0.5, confidence=0.5, status="confirmed")
+    cand = Candidate(branch="candidates/phase-3-1", base_sha=main, diagnosis_id="d1", intervention="by-test",
+                     hypothesis="If X, Y, because Z", variable="rewards.correct", target_metric="kept_dead_ratio",
+                     direction="up", expected="fewer groups without signal reach the update", rollback="revert")
+    commit(ctx, d, cand, {"rewards.py": NUMERIC_REWARDS}, "rewards.correct: numeric", "a test edit")
+    read = candidate_for(repo, cand.branch)
+    assert (read.target_metric, read.direction) == ("kept_dead_ratio", "up") and read.variable == "rewards.correct"
+    # the order: Target, then an Expected that opens with "<metric> up|down", then the default; a Target that does
+    # not read (no direction) falls through, saying so
+    assert target({**target_trailer("dev accuracy", "down"), "Expected": "kept_dead_ratio up"}) == (
+        "dev accuracy", "down", "")
+    assert target({"Target": "kept_dead_ratio sideways", "Expected": "kept_dead_ratio up by a lot"})[:2] == (
+        "kept_dead_ratio", "up")
+    assert target({"Expected": "fewer dead groups"})[:2] == DEFAULT_TARGET and target({})[2]

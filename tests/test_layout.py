@@ -1,8 +1,8 @@
 """The project's packages form a tree, not a web: no import circle among the modules of ``evotrainer``, ``agents``
 and ``sandbox`` (every import counts, the ones inside functions and under TYPE_CHECKING too; a name read from a
 package's face, ``from sandbox import frames``, counts as an import of that package's ``__init__`` as well), and the
-evaluator's side (``evotrainer/domains/``) imports nothing from ``agents``. The checker is tested on a scratch tree
-with circles planted in it, so a checker that finds nothing cannot pass.
+evaluator's side (``evotrainer/domains/``) and the judge (``evotrainer/judge/``) import nothing from ``agents``. The
+checker is tested on a scratch tree with circles planted in it, so a checker that finds nothing cannot pass.
 """
 
 from __future__ import annotations
@@ -92,10 +92,12 @@ def test_no_import_circle_among_the_project_s_modules():
         " <-> ".join(c) for c in found)
 
 
-def test_the_evaluator_imports_nothing_from_the_agents():
+def test_the_evaluator_and_the_judge_import_nothing_from_the_agents():
+    """What judges the agents' edits (the domains' verifiers, the backtest and ``evotrainer backtest REF``) reads the
+    commits and the rollouts, never the agents' own account of them."""
     edges = graph(ROOT)
     bad = {m: sorted(t for t in to if t == "agents" or t.startswith("agents."))
-           for m, to in edges.items() if m.startswith("evotrainer.domains")}
+           for m, to in edges.items() if m.startswith(("evotrainer.domains", "evotrainer.judge"))}
     assert not any(bad.values()), bad
 
 

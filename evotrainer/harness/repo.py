@@ -2,7 +2,7 @@
 
 Each run owns one repo at ``RUN_DIR/harness``. ``main`` is what trains; the tag ``phase-N`` marks the ``main``
 commit that phase N trained on; every candidate edit lives on ``candidates/phase-N-k`` with a commit message
-that carries its hypothesis and trailers (Diagnosis, Hypothesis, Variable, Expected, Rollback, Backtest); its
+that carries its hypothesis and trailers (Diagnosis, Hypothesis, Variable, Target, Expected, Rollback, Backtest); its
 backtest report is a git note (``refs/notes/backtest``) and, once the next phase has trained, its realized
 effect is another (``refs/notes/effect``). Rejected branches are kept as negative evidence. ``git log`` inside
 the repo is readable on its own.
@@ -77,6 +77,21 @@ def parse_trailers(message: str) -> dict[str, str]:
         if sep and key.replace("-", "").isalnum():
             out[key] = value
     return out
+
+
+TARGET = "Target"  # the trailer of a candidate's targeted metric and direction: "Target: kept_dead_ratio down"
+
+
+def target_trailer(metric: str, direction: str) -> dict[str, str]:
+    """The ``Target`` trailer of a candidate that targets ``metric`` in ``direction`` (up or down)."""
+    return {TARGET: f"{metric} {direction}"}
+
+
+def read_target(trailers: dict[str, str]) -> tuple[str, str] | None:
+    """(metric, direction) from a ``Target`` trailer (:func:`target_trailer`), or None when the commit has none that
+    reads (a commit from before the trailer, or a person's)."""
+    metric, _, direction = trailers.get(TARGET, "").strip().rpartition(" ")
+    return (metric.strip(), direction) if metric.strip() and direction in ("up", "down") else None
 
 
 class Commit(NamedTuple):

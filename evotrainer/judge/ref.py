@@ -3,11 +3,14 @@
 The same backtest the loop runs (``evotrainer.judge.checks.run_backtest``: replay and safety checks, in the sandbox)
 on the run's retained rollouts (the last ``backtest.retained_phases`` phases that trained, at most
 ``backtest.replay_batches`` generated batches of them), for a commit the Engineer made or one a person wrote by
-hand. The candidate is read from the commit's trailers (Variable,
+hand. The candidate is read from the commit's trailers (Variable, Target,
 Hypothesis, Expected, Rollback, Diagnosis; ``evotrainer.harness.repo.parse_trailers``); a hand-written commit
 without them gets defaults: no declared variable (the ``variable`` check then infers the one the diff changes
-and rejects a diff that changes several), the subject as hypothesis, and a target metric from the backtest note,
-the playbook entry of its variable, or ``reward_verified_auc`` up.
+and rejects a diff that changes several), the subject as hypothesis, and a target metric from its ``Target``
+trailer (the Engineer writes one, ``evotrainer.harness.repo.target_trailer``), else from an ``Expected`` trailer
+that opens with ``<metric> up|down`` (a person's, or the Engineer's before it wrote ``Target``), else
+``reward_verified_auc`` up; the outcome's reason says when the target was not the commit's ``Target``. Nothing
+here asks the agents: the commit alone says what it targets.
 
 Exit status: 0 the commit passes (would promote; with trials on, the A/B trial of a real run still decides),
 1 it is rejected (the reasons say why), 2 it could not be judged (the reason: no such ref, no retained rollouts,
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 import git
 
 from evotrainer.contracts import Candidate
-from evotrainer.harness.repo import HarnessRepo, parse_trailers
+from evotrainer.harness.repo import TARGET, HarnessRepo, parse_trailers, read_target
 from evotrainer.judge.checks import one_line
 from evotrainer.rundir import RunDir
 
@@ -49,29 +52,31 @@ class Outcome:
                 "report": self.report}
 
 
-def _target(repo: HarnessRepo, sha: str, trailers: dict[str, str], variable: str, domain: str) -> tuple[str, str]:
+def target(trailers: dict[str, str]) -> tuple[str, str, str]:
+    """(metric, direction, how) of a commit's target: its ``Target`` trailer (``how`` empty), else an ``Expected``
+    trailer opening with ``<metric> up|down``, else ``DEFAULT_TARGET``; ``how`` says which of the last two it was."""
+    declared = read_target(trailers)
+    if declared:
+        return *declared, ""
     match = re.match(r"\s*([A-Za-z_][\w:]*)\s+(up|down)\b", trailers.get("Expected", ""))
     if match:
-        return match.group(1), match.group(2)
-    note = repo.note(sha) or {}
-    if note.get("target_metric"):
-        return note["target_metric"], "up" if note["target_metric"] == "reward_verified_auc" else "down"
-    if variable:
-        from agents.playbook import for_domain  # the playbook knows each variable's usual target
-
-        for intervention in for_domain(domain):
-            if intervention.variable == variable:
-                return intervention.target_metric, intervention.direction
-    return DEFAULT_TARGET
+        return match.group(1), match.group(2), f"no {TARGET} trailer: the target is read from its Expected trailer"
+    return *DEFAULT_TARGET, f"no {TARGET} trailer and no Expected '<metric> up|down': the target is the default"
 
 
-def candidate_for(repo: HarnessRepo, ref: str, domain: str) -> Candidate:
+def trailers_of(repo: HarnessRepo, ref: str) -> dict[str, str]:
+    """The trailers of the commit ``ref`` names (none for a message without a body)."""
+    message = repo.commit(ref).message
+    return parse_trailers(message) if "\n\n" in message.strip() else {}
+
+
+def candidate_for(repo: HarnessRepo, ref: str) -> Candidate:
     """The Candidate a commit stands for, from its trailers, with defaults for a hand-written one."""
     commit = repo.commit(ref)
-    trailers = parse_trailers(commit.message) if "\n\n" in commit.message.strip() else {}
+    trailers = trailers_of(repo, ref)
     main = repo.sha("main")
     variable = trailers.get("Variable", "").strip()
-    metric, direction = _target(repo, commit.sha, trailers, variable, domain)
+    metric, direction, _ = target(trailers)
     branch = ref if repo.is_branch(ref) else f"ref/{commit.sha[:12]}"
     intervention = re.search(r"Intervention (\S+) from", commit.message)
     base = repo.merge_base(main, commit.sha) or main
@@ -124,7 +129,8 @@ def backtest_ref(run_dir, ref: str) -> Outcome:
         rows = spread_batches([r for p in phases for r in read_rollouts(rd.rollout_file(p))],
                               cfg.backtest.replay_batches)
         tasks = {t["id"]: t for t in rd.train_tasks()}
-        candidate = candidate_for(repo, ref, cfg.domain)
+        candidate = candidate_for(repo, ref)
+        how = target(trailers_of(repo, ref))[2]
     except CannotJudge as err:
         return Outcome(2, str(err))
     except (ConfigError, RunDirError) as err:
@@ -136,6 +142,8 @@ def backtest_ref(run_dir, ref: str) -> Outcome:
                               sandbox=cfg.sandbox, hide=rd.hidden_from_harness())
         code = 0 if report.verdict == "promote" else 1
         note = f"judged on {len(rows)} rollouts of phase(s) {', '.join(map(str, phases))}"
+        if how:
+            note += f"; {how} ({candidate.target_metric} {candidate.direction})"
         if code == 0 and cfg.backtest.trial_steps > 0:
             note += "; in a run, the A/B trial would still decide"
         return Outcome(code, note, candidate.model_dump(mode="json"), report.model_dump(mode="json"))
