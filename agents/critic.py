@@ -4,11 +4,13 @@ The built-in Critic confirms a diagnosis when its interval clears the threshold 
 rests on enough units (groups, rollouts or tasks); it rejects one whose evidence is thin, saying why. A
 diagnosis whose estimate crosses the threshold while its interval straddles it is borderline: if evidence
 rounds are left, the Critic sends the batch back to the Diagnostician with more phases in view; otherwise it
-rejects it as unproven. Confirmed diagnoses are ranked (``agents.roles.urgency``: a reward that disagrees with the
-verifier first, then by severity x confidence) and capped.
+rejects it as unproven. Confirmed diagnoses are ranked (``agents.roles.urgency``, by the registry's tier,
+``agents.modes``: a reward that disagrees with the verifier first, then an update that moves the wrong way, then by
+severity x confidence) and capped.
 
-:class:`LLMCritic` (``agents.critic.model`` set to an LLM) challenges each diagnosis with its own queries, and may
-propose a diagnostics metric that becomes a gate on later candidates once validated.
+:class:`LLMCritic` (``agents.critic.model`` set to an LLM) challenges each diagnosis with its own queries (its system
+prompt lists the registry of failure modes), and may propose a diagnostics metric that becomes a gate on later
+candidates once validated.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class LLMCritic(LLMRole):
         self.max_confirmed = builtin.max_confirmed
 
     def critique(self, diagnoses: list[Diagnosis], evidence: PhaseEvidence, rounds_left: int) -> Critique:
-        from agents.llm_diagnostician import evidence_brief, history_of
+        from agents.llm_diagnostician import evidence_brief, history_of, modes_prompt
 
         if not diagnoses:
             return Critique(diagnoses=[])
@@ -107,7 +109,8 @@ class LLMCritic(LLMRole):
         tools = EvidenceTools.from_evidence(evidence, history_of(evidence))
         listing = "\n".join(d.model_dump_json(exclude={"status", "critique"}) for d in diagnoses)
         try:
-            step = investigate(self.conversation(f"critique phase {evidence.phase}"), tools, CriticStep,
+            conversation = self.conversation(f"critique phase {evidence.phase}", modes_prompt(self.role))
+            step = investigate(conversation, tools, CriticStep,
                                f"{evidence_brief(evidence, tools)}\n\nDiagnoses:\n{listing}\n\nEvidence rounds "
                                f"left: {rounds_left}. Challenge each diagnosis.", self.settings.tool_rounds, check)
         except UseBuiltin:

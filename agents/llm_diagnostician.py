@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+import agents.modes as modes
 from agents.roles import PhaseEvidence
 from agents.evidence_tools import EvidenceTools, ToolCall, investigate
 from agents.llm import LLMRole, UseBuiltin
-from agents.playbook import repairs_by_mode
-from evotrainer.contracts import Diagnosis, Layer, MetricEvidence
+from evotrainer.contracts import Diagnosis, MetricEvidence
 
 
 class Figure(BaseModel):
@@ -32,13 +32,22 @@ class Figure(BaseModel):
 
 
 class DiagnosisDraft(BaseModel):
-    layer: Layer
-    failure_mode: str = Field(min_length=1)
+    failure_mode: str = Field(min_length=1, description="one of the registered failure modes the system prompt lists "
+                              "(its layer and question follow from it)")
     statement: str = Field(min_length=1)
     evidence: list[Figure] = Field(min_length=1)
     rollout_ids: list[str] = Field(default_factory=list)
     severity: float = Field(ge=0, le=1)
     confidence: float = Field(ge=0, le=1)
+
+    @field_validator("failure_mode")
+    @classmethod
+    def registered(cls, value: str) -> str:
+        """A registered mode (``agents.modes``), in its snake_case spelling; else a one-line error that lists them,
+        which goes back to the model (``agents.llm``: it answers again, then the next model or the rules do)."""
+        name = mode_name(value)
+        modes.get(name)
+        return name
 
 
 class DiagnosticianStep(ToolCall):
@@ -60,8 +69,8 @@ def check_drafts(tools: EvidenceTools, drafts: list[DiagnosisDraft]) -> str | No
 
 
 def mode_name(text: str) -> str:
-    """A failure mode as a snake_case machine name ('Dead groups', 'dead-groups' -> 'dead_groups'), the form the
-    playbook's names take, so a model's spelling does not hide a mechanism the built-in repairs know."""
+    """A failure mode as a snake_case machine name ('Dead groups', 'dead-groups' -> 'dead_groups'), the registry's
+    form, so a model's spelling does not hide a mechanism the registry and the built-in repairs know."""
     return re.sub(r"[^a-z0-9]+", "_", text.strip().lower()).strip("_") or "unknown"
 
 
@@ -70,8 +79,9 @@ def to_diagnosis(d: DiagnosisDraft, ident: str) -> Diagnosis:
                          high=f.value if f.high is None else f.high, n=f.n, threshold=f.threshold,
                          query=f.query)
           for f in d.evidence]
-    return Diagnosis(id=ident, layer=d.layer, failure_mode=mode_name(d.failure_mode), statement=d.statement,
-                     evidence=ev, rollout_ids=d.rollout_ids, severity=d.severity, confidence=d.confidence)
+    mode = modes.get(mode_name(d.failure_mode))
+    return Diagnosis(id=ident, layer=mode.layer, failure_mode=mode.name, statement=d.statement, evidence=ev,
+                     rollout_ids=d.rollout_ids, severity=d.severity, confidence=d.confidence)
 
 
 def evidence_brief(ev: PhaseEvidence, tools: EvidenceTools) -> str:
@@ -79,12 +89,20 @@ def evidence_brief(ev: PhaseEvidence, tools: EvidenceTools) -> str:
     return (f"Phase {ev.phase} just trained on harness {cur.harness_sha[:8]} ({cur.steps} steps); dev "
             f"accuracy {cur.dev.accuracy:.3f} (n={cur.dev.n})"
             + (f", starting policy {ev.baseline.accuracy:.3f}" if ev.baseline else "")
+            + (f", the checkpoint it trained from {start.accuracy:.3f}" if (start := ev.start_dev()) is not None
+               and start is not ev.baseline else "")
             + f". Phases in view: {ev.phases_in_view}. Train figures: "
             + ", ".join(f"{k}={v:.3g}" for k, v in cur.train.items())
-            + f"\nKnobs (harness.yaml): {ev.knobs.model_dump_json()}\nTables:\n{tools.schema()}"
-            + "\nFailure modes with built-in repairs (name a diagnosis with one of these when its mechanism fits, so "
-              "the repairs can answer it; another snake_case name otherwise): "
-            + "; ".join(f"{mode} ({', '.join(names)})" for mode, names in repairs_by_mode(ev.domain.name).items()))
+            + f"\nKnobs (harness.yaml): {ev.knobs.model_dump_json()}\nTables:\n{tools.schema()}")
+
+
+def modes_prompt(role: str) -> str:
+    """What the Diagnostician's and the Critic's system prompts add: the registry of failure modes
+    (``agents.modes.prompt_lines``), one line each, with the layer and question it belongs to."""
+    use = ("Name every diagnosis with one of them (failure_mode); a name not listed is sent back." if
+           role == "diagnostician" else "The Engineer answers a reward that disagrees with the verifier (objective) "
+           "first, then an update that moves the wrong way (overshoot), then the rest by severity x confidence.")
+    return f"Failure modes (name, layer, question: what it means; what it reads). {use}\n{modes.prompt_lines()}"
 
 
 def history_of(ev: PhaseEvidence) -> list[dict]:
@@ -105,7 +123,8 @@ class LLMDiagnostician(LLMRole):
     def diagnose(self, ev: PhaseEvidence) -> list[Diagnosis]:
         tools = EvidenceTools.from_evidence(ev, history_of(ev))
         try:
-            step = investigate(self.conversation(f"diagnose phase {ev.phase}"), tools, DiagnosticianStep,
+            conversation = self.conversation(f"diagnose phase {ev.phase}", modes_prompt(self.role))
+            step = investigate(conversation, tools, DiagnosticianStep,
                                evidence_brief(ev, tools) + "\n\nWhat is failing in this phase?",
                                self.settings.tool_rounds, lambda s: check_drafts(tools, s.diagnoses))
         except UseBuiltin:

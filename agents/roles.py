@@ -13,16 +13,17 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+import agents.modes as modes
 from evotrainer.contracts import BacktestReport, Candidate, Diagnosis, EvalResult, PhaseResult, Promotion, Skill
 from evotrainer.domains.base import Domain
 from evotrainer.harness.knobs import Knobs
 from evotrainer.harness.repo import HarnessRepo
 
 
-OBJECTIVE_MODES = frozenset({"reward_disagreement"})  # the reward disagrees with the verifier (agents/diagnostician.py)
-# the update itself overshoots (agents/diagnostician.py): the policy falls on an unchanged harness, or grows certain
-# without reward
-OVERSHOOT_MODES = frozenset({"training_decline", "entropy_collapse"})
+OBJECTIVE_MODES = modes.of_question("objective")  # the reward disagrees with the verifier (agents/modes.py)
+# the update itself overshoots (agents/modes.py): the policy falls on an unchanged harness, or grows certain without
+# reward
+OVERSHOOT_MODES = modes.of_question("overshoot")
 
 
 def urgency(d: Diagnosis) -> tuple[int, float]:
@@ -33,9 +34,10 @@ def urgency(d: Diagnosis) -> tuple[int, float]:
     own evidence of it, not a fall in accuracy), since every later signal is measured on a policy the step damages
     and shaping added under it trains at the same step; then the rest by severity x confidence. Harm to the policy
     (an accuracy regression) is no tier of its own: it is a symptom, and what answers it depends on its cause (a
-    learning rate, or a curriculum that starves the levels that regress)."""
-    tier = 0 if d.failure_mode in OBJECTIVE_MODES else 1 if d.failure_mode in OVERSHOOT_MODES else 2
-    return tier, -d.severity * d.confidence
+    learning rate, or a curriculum that starves the levels that regress). The tier is the registry's
+    (``agents.modes``: a mode's ``question`` decides it)."""
+    mode = modes.MODES.get(d.failure_mode)  # an unregistered mode (none is emitted; an old run's) ranks with the rest
+    return mode.tier if mode else 2, -d.severity * d.confidence
 
 
 @dataclass
@@ -51,11 +53,23 @@ class PhaseEvidence:
     domain: Domain
     last_promotion: dict[str, Any] | None = None
     baseline: EvalResult | None = None  # dev result of the starting policy, before any training (decisions read dev)
+    start: EvalResult | None = None  # dev result of the checkpoint this phase trained from (None: the phase before's,
+    # or the starting policy's for phase 1; see :meth:`start_dev`)
+    tasks: dict[str, dict] = field(default_factory=dict)  # the training pool by task id (rules that rebuild the
+    # evaluator's view of a training rollout read it: its canonical prompt, its answer cut at the evaluator's budget)
     run_dir: Path | None = None  # the run directory, for tools that read its history (LLM roles)
 
     @property
     def current(self) -> PhaseResult:
         return self.results[-1]
+
+    def start_dev(self) -> EvalResult | None:
+        """The dev result of the checkpoint this phase trained from: ``start`` when the loop gave it (a phase may
+        train on from an earlier checkpoint, ``evotrainer/loop/resume.py``), else the phase before's, else the
+        starting policy's."""
+        if self.start is not None:
+            return self.start
+        return self.results[-2].dev if len(self.results) >= 2 else self.baseline
 
 
 class MetricProposal(BaseModel):

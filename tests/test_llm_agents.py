@@ -98,19 +98,39 @@ def test_diagnostician_queries_then_cites_figures_the_data_holds(tmp_path, repo)
     assert isinstance(revived, MetricEvidence) and revived.query == "" and revived.value == 0.75
 
 
-def test_diagnostician_is_told_the_modes_the_repairs_answer_and_its_spelling_is_normalised(tmp_path, repo):
-    """A model that calls a mechanism by another spelling ('Dead groups') still reaches the playbook's repairs: it is
-    told the modes they answer, and its name is brought to their snake_case form."""
+def test_diagnostician_is_told_the_registered_modes_and_its_spelling_is_normalised(tmp_path, repo):
+    """A model that calls a mechanism by another spelling ('Dead groups') still reaches the registry's mode: its
+    system prompt lists the registry, and its name is brought to the snake_case form."""
+    from agents import modes
+
     ev = evidence(tmp_path, repo)
     answer = json.loads(diagnosis_answer(0.75, ["p1-g1/0"]))
     answer["diagnoses"][0]["failure_mode"] = "Dead groups"
     with scripted(lambda model, messages: json.dumps(answer)) as calls:
         (d,) = LLMDiagnostician(llm_ctx(tmp_path), HeuristicDiagnostician()).diagnose(ev)
-    brief = last_user(calls[0]["messages"])
-    assert "Failure modes with built-in repairs" in brief
-    assert "dead_groups (drop_zero_variance_groups, dynamic_sampling, partial_credit_reward" in brief
-    assert "reward_disagreement (verifier_aligned_reward, numeric_answer_match)" in brief
+    system = calls[0]["messages"][0]["content"]
+    assert modes.prompt_lines() in system
+    assert (d.failure_mode, d.layer) == ("dead_groups", "signal")
+
+
+def test_a_diagnosis_naming_an_unregistered_mode_is_sent_back_then_the_rules_answer(tmp_path, repo):
+    """A failure mode the registry does not hold is not passed on silently: the model is told it is unknown, with the
+    registered names, and answers again; a model that keeps to it leaves the role to the built-in rules."""
+    ev = evidence(tmp_path, repo)
+    invented = json.loads(diagnosis_answer(0.75, ["p1-g1/0"]))
+    invented["diagnoses"][0]["failure_mode"] = "gradient_starvation"
+    answers = iter([json.dumps(invented), diagnosis_answer(0.75, ["p1-g1/0"])])
+    with scripted(lambda model, messages: next(answers)) as calls:
+        (d,) = LLMDiagnostician(llm_ctx(tmp_path), HeuristicDiagnostician()).diagnose(ev)
+    problem = last_user(calls[1]["messages"])
+    assert "unknown failure mode 'gradient_starvation'" in problem and "policy_stalled" in problem
     assert d.failure_mode == "dead_groups"
+    (tmp_path / "again").mkdir()
+    ctx = llm_ctx(tmp_path / "again", diagnostician={"fallbacks": ["heuristic"], "retries": 1})
+    with scripted(lambda model, messages: json.dumps(invented)) as calls:
+        out = LLMDiagnostician(ctx, HeuristicDiagnostician()).diagnose(ev)
+    assert len(calls) == 2 and {x.failure_mode for x in out} == {x.failure_mode
+                                                                   for x in HeuristicDiagnostician().diagnose(ev)}
 
 
 def test_the_per_step_log_is_a_table_the_llm_roles_can_query_and_cite(tmp_path, repo):
