@@ -1,28 +1,40 @@
 """Diagnostician: reads the phase's rollouts and history, and says what is failing, with evidence.
 
 The built-in (heuristic) Diagnostician computes a health report in four layers and turns each rule that fires
-into a Diagnosis carrying its figures with 95% intervals and example rollout ids:
+into a Diagnosis carrying its figures with 95% intervals and example rollout ids. Every failure mode it emits is
+registered in ``agents/modes.py`` (its layer is the registry's, and the question it answers decides the Critic's
+ranking); by layer, its rules (failure mode, question):
 
-    score     dev accuracy against the best earlier phase or the starting policy (paired per dev task); the
-              verified share of training rollouts falling on an unchanged harness, the reward with it
-    signal    dead-group ratio, dead groups that still train, kept fraction
-    behavior  format failures, truncation and verified-correct-but-truncated (with the length the dev evaluation's
-              completions end within when its budget does not cut them), reward/verified disagreement (overall,
-              and as the share of right answers unrewarded or of rewarded ones wrong; per reward component),
-              completion-length trend, the policy's entropy falling within the phase with no reward gain (a
-              step that overshoots)
-    version   accuracy lost right after a promoted harness edit
+    score     dev accuracy against the best earlier phase or the starting policy, paired per dev task
+              (accuracy_regression, harm); the verified share of training rollouts falling on an unchanged harness,
+              the reward with it (training_decline, overshoot); the dev split's verdicts unchanged since the
+              checkpoint the phase trained from while the training reward has no trend (policy_stalled, stalled)
+    signal    dead-group ratio (dead_groups), dead groups that still train (diluted_batch), kept fraction
+              (over_filtering), all signal
+    behavior  format failures (format_failures), truncation (truncation) and verified-correct-but-truncated
+              (correct_but_truncated), with the length the dev evaluation's completions end within when its budget
+              does not cut them, and the completion-length trend (length_growth), all behavior; reward/verified
+              disagreement, overall, as the share of right answers unrewarded or of rewarded ones wrong, and per
+              reward component (reward_disagreement, objective); the policy's entropy falling within the phase with
+              no reward gain, a step that overshoots (entropy_collapse, overshoot); training's right answers that
+              the evaluator's shorter budget scores wrong, or training on prompts that are not the evaluator's while
+              training's verified share rises beyond what dev accuracy does (train_eval_mismatch, mismatch)
+    version   accuracy lost right after a promoted harness edit (edit_regression, harm)
 
 Rules fire on the point estimate crossing a threshold; how sure the evidence is (the interval against the
-threshold) becomes the diagnosis's confidence, which the Critic judges.
+threshold) becomes the diagnosis's confidence, which the Critic judges. The thresholds are ``THRESHOLDS``; none is a
+constant of a catalogued defect or of a seed harness.
+
+Alone: ``python -c "from agents.diagnostician import THRESHOLDS; print(THRESHOLDS)"``.
 """
 
 from __future__ import annotations
 
 import math
 
+import agents.modes as modes
 from agents.roles import PhaseEvidence
-from evotrainer.contracts import Diagnosis, MetricEvidence
+from evotrainer.contracts import Diagnosis, EvalResult, MetricEvidence
 from evotrainer.metrics import (accuracy_change, quarter_shift, rate_evidence, ratio_evidence, unpaired_margin,
                                 wilson)
 from evotrainer.rollouts import groups_of, is_dead
@@ -43,7 +55,19 @@ THRESHOLDS = {
     "disagreement_share": 0.5,  # of the right answers (or of the rewarded ones): scale-free when few are right
     "length_growth": 0.5,
     "entropy_drop": 0.10,  # of the first quarter's entropy, within one phase, with no reward gain to show for it
+    # the share of dev items whose verdict changed over a phase under which the policy counts as not moving: the bar
+    # the gate sets for a trial that moved anything (issue 40: fewer than 1% of probe items changing is uninformative),
+    # so a policy the rule calls stalled is one a trial could not tell from its starting point either
+    "stalled_changed_share": 0.01,
 }
+# train_eval_mismatch's budget channel reads the share of training's right answers that the evaluator's budget cuts
+# to a wrong one against correct_truncated_rate: the same quantity (right answers lost to a budget) for the other
+# budget, so one threshold serves both
+
+
+def _mode(name: str) -> dict[str, str]:
+    """A diagnosis's failure mode and layer, from the registry (``agents.modes``; ValueError for one not there)."""
+    return {"failure_mode": name, "layer": modes.get(name).layer}
 
 
 def _examples(rows: list[dict], k: int = 5) -> list[str]:
@@ -116,15 +140,60 @@ def growing_certain(trajectory: dict[str, list[float]], threshold: float):
     return (entropy, reward) if (start - end) / start > threshold and high < 0 and reward[2] <= 0 else None
 
 
+def changed_items(before: EvalResult, after: EvalResult) -> tuple[int, int]:
+    """(items whose score changed from ``before`` to ``after``, items both scored): how many of the evaluator's
+    verdicts a stretch of training changed (under greedy decoding a verdict flips; under sampling its share moves)."""
+    common = set(before.items) & set(after.items)
+    return sum(abs(after.items[k] - before.items[k]) > 1e-9 for k in common), len(common)
+
+
+def verified_shift(rows: list[dict]) -> tuple[MetricEvidence, MetricEvidence] | None:
+    """The verified share of training rollouts in the first and in the last quarter of a phase's steps, each with a
+    bootstrap interval over groups (a group's completions share a prompt); None for fewer than 8 steps."""
+    steps = sorted({r["step"] for r in rows})
+    if len(steps) < 8:
+        return None
+    q = len(steps) // 4
+    out = []
+    for name, part in (("first", set(steps[:q])), ("last", set(steps[-q:]))):
+        out.append(ratio_evidence(f"training_verified_{name}_quarter", [r for r in rows if r["step"] in part],
+                                  lambda g: (sum(r["verified"] for r in g), len(g))))
+    return out[0], out[1]
+
+
+def evaluator_prompts(domain, task: dict) -> set[str]:
+    """The prompts the evaluator shows a policy for ``task``, as the rollout log writes a prompt: the canonical text
+    (a plain policy) and the domain's instruction as one user message (a chat-template policy, ``as_text``'s form)."""
+    return {domain.canonical_prompt(task), f"user: {domain.instruction(task)}"}
+
+
+def cut_at(row: dict, budget: int) -> str | None:
+    """A training completion as an evaluation budget of ``budget`` tokens would leave it, or None when it fits. The
+    log keeps text, not token ids: the text is cut at the completion's own characters per token."""
+    text_tokens = row["completion_tokens"] - (0 if row["truncated"] else 1)  # an ended one counts its end token
+    if text_tokens <= budget:
+        return None
+    return row["completion"][: len(row["completion"]) * budget // text_tokens]
+
+
+def _half(e: MetricEvidence) -> float:
+    return (e.high - e.low) / 2
+
+
+def _this_phase(ev: PhaseEvidence) -> list[dict]:
+    """The rollouts of the phase just trained (an evidence round adds earlier phases' to ``ev.rollouts``)."""
+    return [r for r in ev.rollouts if r.get("phase", ev.phase) == ev.phase]
+
+
 class HeuristicDiagnostician:
     name = "heuristic"
 
     def diagnose(self, ev: PhaseEvidence) -> list[Diagnosis]:
         out: list[Diagnosis] = []
         prefix = f"d{ev.phase}"
-        for rule in (self._score, self._version, self._decline, self._dead_groups, self._diluted, self._kept,
-                     self._format, self._truncation, self._correct_truncated, self._disagreement, self._length,
-                     self._collapse):
+        for rule in (self._score, self._version, self._decline, self._stalled, self._dead_groups, self._diluted,
+                     self._kept, self._format, self._truncation, self._correct_truncated, self._disagreement,
+                     self._length, self._collapse, self._mismatch):
             d = rule(ev)
             if d is not None:
                 d.id = f"{prefix}-{len(out) + 1}"
@@ -146,7 +215,7 @@ class HeuristicDiagnostician:
         drop = -change["change"]
         how = "paired on the same dev tasks" if change["method"] == "paired bootstrap" else "unpaired"
         return Diagnosis(
-            id="", layer="score", failure_mode="accuracy_regression",
+            id="", **_mode("accuracy_regression"),
             statement=f"Dev accuracy fell to {cur.accuracy:.1%} from {best.accuracy:.1%} ({where}): "
                       f"{-drop:+.1%}, 95% CI {change['low']:+.1%} to {change['high']:+.1%} ({how}).",
             evidence=[MetricEvidence(name="dev_accuracy_drop", value=drop, low=-change["high"], high=-change["low"],
@@ -165,7 +234,7 @@ class HeuristicDiagnostician:
             return None
         drop = -change["change"]
         return Diagnosis(
-            id="", layer="version", failure_mode="edit_regression",
+            id="", **_mode("edit_regression"),
             statement=f"Accuracy fell {drop:.1%} (to {cur.accuracy:.1%}; 95% CI of the change {change['low']:+.1%} "
                       f"to {change['high']:+.1%}) in the first phase trained on {promo.get('branch')} "
                       f"({promo.get('intervention')}).",
@@ -207,7 +276,7 @@ class HeuristicDiagnostician:
         if low <= 0:
             return None
         return Diagnosis(
-            id="", layer="score", failure_mode="training_decline",
+            id="", **_mode("training_decline"),
             statement=f"On an unchanged harness, verified-correct training rollouts fell to {after:.1%} from "
                       f"{before:.1%} in phase {prev.phase} (95% CI of the drop {low:.1%} to {high:.1%}, design "
                       f"effect {deff:.1f}), and the training reward fell with them ({reward_before:.3f} -> "
@@ -218,6 +287,58 @@ class HeuristicDiagnostician:
                       MetricEvidence(name="training_verified_before", value=before, low=before, high=before,
                                      n=n_prev)],
             severity=min(1.0, 0.5 + drop / max(before, 1e-9)), confidence=0.9,
+        )
+
+    def _stalled(self, ev: PhaseEvidence) -> Diagnosis | None:
+        """The policy does not move: the updates change nothing the evaluator sees. Reads the dev split's per-item
+        verdicts at the checkpoint the phase trained from and at its end (``PhaseEvidence.start_dev``): fewer than
+        ``stalled_changed_share`` of them changed (paired per item; a policy that moves within noise of its accuracy
+        still changes verdicts both ways, which this counts and a net accuracy change hides), with room left to
+        gain more than that; and the training reward's per-step log without a trend within the phase
+        (``quarter_shift``'s interval reaching 0 from both sides: a reward that moves says the policy moves, up or
+        down, whatever dev shows). Without per-item dev results, or with fewer than 8 logged steps, it says
+        nothing. Why it does not move goes with it: the share of the phase's groups without reward spread (most:
+        the update has little to follow) or not (the update has a signal the step does not follow: too small a
+        step), the gradient norm and, when logged, the KL per step."""
+        start, cur = ev.start_dev(), ev.current.dev
+        th = THRESHOLDS["stalled_changed_share"]
+        if start is None:
+            return None
+        changed, n = changed_items(start, cur)
+        if not n:
+            return None
+        e = rate_evidence("dev_items_changed", changed, n, threshold=th)
+        if e.value >= th or 1 - cur.accuracy <= th:
+            return None  # it moved, or it has no more than the band left to gain
+        trajectory = ev.current.trajectory
+        reward = quarter_shift(trajectory.get("reward", []))
+        if reward is None or not reward[2] <= 0 <= reward[3]:
+            return None  # too few steps to tell, or the reward moved within the phase
+        evidence = [e, MetricEvidence(name="reward_shift", value=reward[1] - reward[0], low=reward[2],
+                                      high=reward[3], n=len(trajectory["reward"]))]
+        why = ""
+        if rows := _this_phase(ev):
+            zero = ratio_evidence("zero_advantage_share", rows, lambda g: (is_dead(g), 1))
+            evidence.append(zero)
+            why = (f" {zero.value:.0%} of its groups have no reward spread: the update has little signal to follow."
+                   if zero.value > THRESHOLDS["dead_group_ratio"] else
+                   f" Only {zero.value:.0%} of its groups lack reward spread: the update has a signal that the step "
+                   f"(learning rate {ev.knobs.learning_rate:g}) does not follow far enough to change an answer.")
+        for name in ("grad_norm", "kl"):
+            if values := trajectory.get(name):
+                mean = sum(values) / len(values)
+                evidence.append(MetricEvidence(name=f"{name}_mean", value=mean, low=min(values), high=max(values),
+                                               n=len(values)))
+                why += f" Mean {name.replace('_', ' ')} per step: {mean:.3g}."
+        where = "the starting policy" if start is ev.baseline else "the checkpoint the phase trained from"
+        return Diagnosis(
+            id="", **_mode("policy_stalled"),
+            statement=f"Phase {ev.phase} changed the verdict on {changed} of {n} dev tasks ({e.value:.1%}, 95% CI "
+                      f"{e.low:.1%} to {e.high:.1%}) since {where} (dev accuracy {start.accuracy:.1%} -> "
+                      f"{cur.accuracy:.1%}), and the training reward has no trend within the phase ({reward[0]:.3f} "
+                      f"-> {reward[1]:.3f}): the policy does not move." + why,
+            evidence=evidence, severity=round(0.3 + 0.7 * (1 - cur.accuracy), 3),
+            confidence=_confidence(e, "below"),
         )
 
     # signal ---------------------------------------------------------------------------------------------------
@@ -240,7 +361,7 @@ class HeuristicDiagnostician:
         extra = [rate_evidence("dead_groups_all_correct", solved, len(groups)),
                  rate_evidence("dead_groups_all_wrong", unsolved, len(groups))]
         return Diagnosis(
-            id="", layer="signal", failure_mode="dead_groups",
+            id="", **_mode("dead_groups"),
             statement=f"{e.value:.0%} of GRPO groups have no reward spread ({unsolved} all wrong, {solved} all "
                       f"right, of {len(dead)} such groups), so they give no advantage; by level: {levels}.",
             evidence=[e, *extra], rollout_ids=_examples([g[0] for g in dead]),
@@ -253,7 +374,7 @@ class HeuristicDiagnostician:
         if e.value <= th:
             return None
         return Diagnosis(
-            id="", layer="signal", failure_mode="diluted_batch",
+            id="", **_mode("diluted_batch"),
             statement=f"{e.value:.0%} of the groups that train have zero advantage: they take batch slots and "
                       f"dilute the per-sequence loss without adding gradient.",
             evidence=[e], severity=_severity(e.value, th, 0.6), confidence=_confidence(e, "above"),
@@ -267,15 +388,15 @@ class HeuristicDiagnostician:
         if e.value >= th:
             return None
         return Diagnosis(
-            id="", layer="signal", failure_mode="over_filtering",
+            id="", **_mode("over_filtering"),
             statement=f"Only {e.value:.0%} of rollouts pass the harness filters, starving the update.",
             evidence=[e], severity=_severity(th - e.value, 0, 0.3), confidence=_confidence(e, "below"),
         )
 
     # behavior -------------------------------------------------------------------------------------------------
     @staticmethod
-    def _rate_above(metric: str, threshold: str, hits: list[dict], population: list[dict], layer: str,
-                    failure_mode: str, statement, span: float = 0.5) -> Diagnosis | None:
+    def _rate_above(metric: str, threshold: str, hits: list[dict], population: list[dict], failure_mode: str,
+                    statement, span: float = 0.5) -> Diagnosis | None:
         """A behavior rule: the share of ``population`` in ``hits`` is above its threshold, with an interval."""
         th = THRESHOLDS[threshold]
         if not population:
@@ -283,21 +404,21 @@ class HeuristicDiagnostician:
         e = rate_evidence(metric, len(hits), len(population), threshold=th)
         if e.value <= th:
             return None
-        return Diagnosis(id="", layer=layer, failure_mode=failure_mode, statement=statement(e), evidence=[e],
+        return Diagnosis(id="", **_mode(failure_mode), statement=statement(e), evidence=[e],
                          rollout_ids=_examples(hits), severity=_severity(e.value, th, span),
                          confidence=_confidence(e, "above"))
 
     def _format(self, ev: PhaseEvidence) -> Diagnosis | None:
         bad = [r for r in ev.rollouts if ev.domain.extract_answer(r["completion"]) is None]
         return self._rate_above(
-            "format_failure_rate", "format_failure_rate", bad, ev.rollouts, "behavior", "format_failures",
+            "format_failure_rate", "format_failure_rate", bad, ev.rollouts, "format_failures",
             lambda e: f"{e.value:.0%} of completions give no answer in the expected format (e.g. "
                       f"{bad[0]['completion'][:20]!r}).")
 
     def _truncation(self, ev: PhaseEvidence) -> Diagnosis | None:
         cut = [r for r in ev.rollouts if r["truncated"]]
         return _with_unconstrained_length(ev, self._rate_above(
-            "truncation_rate", "truncation_rate", cut, ev.rollouts, "behavior", "truncation",
+            "truncation_rate", "truncation_rate", cut, ev.rollouts, "truncation",
             lambda e: f"{e.value:.0%} of completions hit max_completion_length "
                       f"({ev.knobs.max_completion_length}) without ending."))
 
@@ -305,8 +426,7 @@ class HeuristicDiagnostician:
         correct = [r for r in ev.rollouts if r["verified"]]
         cut = [r for r in correct if r["truncated"]]
         return _with_unconstrained_length(ev, self._rate_above(
-            "correct_but_truncated_rate", "correct_truncated_rate", cut, correct, "behavior",
-            "correct_but_truncated",
+            "correct_but_truncated_rate", "correct_truncated_rate", cut, correct, "correct_but_truncated",
             lambda e: f"{len(cut)} verified-correct completions ({e.value:.0%} of correct ones) were cut at the "
                       f"length budget: right answers that masking or penalties would punish.", span=0.4))
 
@@ -354,7 +474,7 @@ class HeuristicDiagnostician:
                              for c in per_component if c.value >= 0.5)
         which = "rewarded-but-wrong" if lenient else "correct-but-unrewarded"
         return Diagnosis(
-            id="", layer="behavior", failure_mode="reward_disagreement",
+            id="", **_mode("reward_disagreement"),
             statement=f"{(len(false_pos) + len(false_neg)) / len(rows):.1%} of rollouts get a reward that disagrees "
                       f"with the verifier, mostly {kind} ({len(false_pos)} of {len(rewarded)} rewarded ones wrong, "
                       f"{len(false_neg)} of {shares[0].n} verified-correct ones unrewarded)"
@@ -378,7 +498,7 @@ class HeuristicDiagnostician:
         if growth <= th:
             return None
         return Diagnosis(
-            id="", layer="behavior", failure_mode="length_growth",
+            id="", **_mode("length_growth"),
             statement=f"Mean completion length grew {growth:.0%} in one phase ({prev:.1f} -> {cur:.1f} tokens).",
             evidence=[MetricEvidence(name="completion_length_growth", value=growth, low=growth, high=growth,
                                      n=len(ev.rollouts), threshold=th)],
@@ -400,7 +520,7 @@ class HeuristicDiagnostician:
         e = MetricEvidence(name="entropy_drop", value=drop, low=-high / start, high=-low / start,
                            n=len(ev.current.trajectory["entropy"]), threshold=0.0)
         return Diagnosis(
-            id="", layer="behavior", failure_mode="entropy_collapse",
+            id="", **_mode("entropy_collapse"),
             statement=f"Within phase {ev.current.phase} the policy's entropy fell by {drop:.0%} ({start:.3f} in the "
                       f"first quarter of its steps -> {end:.3f} in the last; 95% CI of the fall {e.low:.0%} to "
                       f"{e.high:.0%}) while the training reward did not rise ({reward[0]:.3f} -> {reward[1]:.3f}): "
@@ -409,4 +529,89 @@ class HeuristicDiagnostician:
             evidence=[e, MetricEvidence(name="reward_shift", value=reward[1] - reward[0], low=reward[2],
                                         high=reward[3], n=len(ev.current.trajectory["reward"]))],
             severity=_severity(drop, th, 0.3), confidence=_confidence(e, "above"),
+        )
+
+    # what trains against what is evaluated ---------------------------------------------------------------------
+    def _mismatch(self, ev: PhaseEvidence) -> Diagnosis | None:
+        """What trains is not what is evaluated, through a channel the harness sets, each read with the evaluator's
+        own view of a training rollout (``PhaseEvidence.tasks``):
+
+        budget  the share of training's verified-correct completions that the evaluator's budget (the dev
+                evaluation's, ``EvalResult.ended_length["budget"]``) would cut to a wrong answer, above
+                ``correct_truncated_rate``: training rewards answers the evaluator scores wrong;
+        prompt  training prompts that are not the evaluator's for their task (``evaluator_prompts``), on which the
+                verified share rose within the phase (last quarter of the steps against the first, beyond noise)
+                by more than dev accuracy moved since the checkpoint the phase trained from (the gap's interval
+                above 0): what training learns does not reach the evaluator.
+
+        A gap between training and dev alone is not read as a mismatch: training samples at its temperature and the
+        evaluator decodes greedily, so in healthy RL the sampled share rises towards a dev accuracy that stands
+        still (the policy sharpens), and a slow learner's samples are right before its greedy answers are. The
+        prompt and budget channels do not occur in a harness that trains on what is evaluated."""
+        rows = _this_phase(ev)
+        if not rows or not ev.tasks:
+            return None
+        parts = [d for d in (self._cut_by_evaluator(ev, rows), self._other_prompt(ev, rows)) if d is not None]
+        if not parts:
+            return None
+        first = parts[0]
+        for d in parts[1:]:
+            first.statement += " " + d.statement
+            first.evidence += d.evidence
+            first.rollout_ids = (first.rollout_ids + d.rollout_ids)[:5]
+            first.severity, first.confidence = max(first.severity, d.severity), max(first.confidence, d.confidence)
+        return first
+
+    @staticmethod
+    def _cut_by_evaluator(ev: PhaseEvidence, rows: list[dict]) -> Diagnosis | None:
+        budget = ev.current.dev.ended_length.get("budget")
+        right = [r for r in rows if r["verified"] and r["task_id"] in ev.tasks]
+        if not budget or not right:
+            return None
+        budget = int(budget)
+        lost = [r for r in right if (text := cut_at(r, budget)) is not None
+                and not ev.domain.verify(ev.tasks[r["task_id"]], text)]
+        th = THRESHOLDS["correct_truncated_rate"]
+        e = rate_evidence("correct_cut_by_evaluator", len(lost), len(right), threshold=th)
+        if e.value <= th:
+            return None
+        return Diagnosis(
+            id="", **_mode("train_eval_mismatch"),
+            statement=f"The harness trains at max_completion_length {ev.knobs.max_completion_length} and the "
+                      f"evaluator scores at {budget} tokens (training.eval_max_new_tokens): {len(lost)} of "
+                      f"training's {len(right)} verified-correct completions ({e.value:.0%}, 95% CI {e.low:.0%} to "
+                      f"{e.high:.0%}) run past the evaluator's budget and would be scored wrong there (the dev "
+                      f"evaluation cut {ev.current.dev.truncated_rate:.0%} of its completions).",
+            evidence=[e, MetricEvidence(name="evaluator_budget", value=budget, low=budget, high=budget,
+                                        n=len(right))],
+            rollout_ids=_examples(lost), severity=_severity(e.value, th, 0.4), confidence=_confidence(e, "above"),
+        )
+
+    @staticmethod
+    def _other_prompt(ev: PhaseEvidence, rows: list[dict]) -> Diagnosis | None:
+        start = ev.start_dev()
+        differ = [r for r in rows if r["task_id"] in ev.tasks
+                  and r["prompt"] not in evaluator_prompts(ev.domain, ev.tasks[r["task_id"]])]
+        if start is None or not differ or (shift := verified_shift(differ)) is None:
+            return None
+        first, last = shift
+        rise, rise_half = last.value - first.value, math.hypot(_half(first), _half(last))
+        dev = accuracy_change(start, ev.current.dev)
+        gap = rise - dev["change"]
+        half = math.hypot(rise_half, (dev["high"] - dev["low"]) / 2)
+        if rise - rise_half <= 0 or gap - half <= 0:
+            return None
+        share = rate_evidence("prompt_not_evaluators", len(differ), len(rows))
+        example = differ[0]
+        shown = ev.domain.canonical_prompt(ev.tasks[example["task_id"]])
+        return Diagnosis(
+            id="", **_mode("train_eval_mismatch"),
+            statement=f"{share.value:.0%} of training's prompts are not the evaluator's (e.g. "
+                      f"{example['prompt'][:60]!r} where the evaluator shows {shown[:60]!r}); on them the verified "
+                      f"share rose {first.value:.1%} -> {last.value:.1%} within phase {ev.phase} while dev accuracy "
+                      f"moved {dev['change']:+.1%}: a gap of {gap:+.1%} (95% CI {gap - half:+.1%} to "
+                      f"{gap + half:+.1%}). What training learns does not reach the evaluator.",
+            evidence=[MetricEvidence(name="train_dev_divergence", value=gap, low=gap - half, high=gap + half,
+                                     n=min(first.n, last.n), threshold=0.0), share, first, last],
+            rollout_ids=_examples(differ), severity=min(1.0, 0.5 + gap), confidence=0.9,
         )

@@ -16,7 +16,7 @@ from agents.roles import PhaseEvidence
 from evotrainer.contracts import Diagnosis
 from evotrainer.domains import get_domain
 from evotrainer.loop.runtime import Runtime
-from evotrainer.loop.state import RunState
+from evotrainer.loop.state import RunState, start_of
 from evotrainer.rundir import RunDir
 
 
@@ -29,7 +29,8 @@ def phases_in_view(state: RunState, rd: RunDir) -> list[int]:
 
 
 def phase_evidence(rt: Runtime, state: RunState) -> PhaseEvidence:
-    """What the Diagnostician and the Critic read about the phase that just trained."""
+    """What the Diagnostician and the Critic read about the phase that just trained, the dev result of the checkpoint
+    it trained from and the training pool included."""
     in_view = phases_in_view(state, rt.rd)
     main = rt.repo.sha("main")
     reg: dict = {}
@@ -39,10 +40,12 @@ def phase_evidence(rt: Runtime, state: RunState) -> PhaseEvidence:
         rt.emit("registry_error", sha=main, error=str(err))
     promos = [p for p in state.promotions if p.phase == state.phase - 1]
     last = {"branch": promos[-1].branch, "intervention": promos[-1].candidate.intervention} if promos else None
+    begun = start_of(state.phase, state.starts)  # the checkpoint this phase trained from (0: the starting policy)
+    start = rt.baseline_dev if begun == 0 else next((r.dev for r in state.results if r.phase == begun), None)
     return PhaseEvidence(phase=state.phase, results=list(state.results), rollouts=rt.evidence.rows(in_view),
                          phases_in_view=in_view, registry=reg, knobs=rt.evidence.knobs(main),
                          domain=get_domain(rt.cfg.domain), last_promotion=last, baseline=rt.baseline_dev,
-                         run_dir=rt.rd.root)
+                         start=start, tasks=rt.evidence.tasks(), run_dir=rt.rd.root)
 
 
 def rules_beside(role, ev: PhaseEvidence, diagnoses: list[Diagnosis]) -> tuple[list[Diagnosis], list[Diagnosis]]:
