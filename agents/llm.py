@@ -50,7 +50,8 @@ class UseBuiltin(Exception):
 
 
 def litellm():
-    """litellm, imported on first use, with its price table read from the installed package (nothing fetched)."""
+    """litellm, imported on first use, with its price table read from the installed package (nothing fetched). The
+    one place the project imports litellm, so the one place that says so (before the import, which reads it)."""
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     import litellm as lib
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Optional
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402

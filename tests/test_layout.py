@@ -101,6 +101,16 @@ def test_the_evaluator_and_the_judge_import_nothing_from_the_agents():
     assert not any(bad.values()), bad
 
 
+def test_litellm_is_imported_in_one_place_which_keeps_its_price_table_offline():
+    """``agents.llm.litellm`` sets LITELLM_LOCAL_MODEL_COST_MAP before the import (litellm reads it then): another
+    import of litellm would need its own copy of that rule."""
+    where = sorted(str(path.relative_to(ROOT)) for path in modules(ROOT).values()
+                   for node in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "litellm" for a in node.names)
+                   or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "litellm")
+    assert where == ["agents/llm.py"], where
+
+
 def test_the_checker_finds_a_circle_planted_in_a_scratch_tree(tmp_path: Path):
     for rel, text in {
         "evotrainer/__init__.py": "",
