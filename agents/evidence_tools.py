@@ -1,11 +1,12 @@
-"""The tools an LLM Diagnostician or Critic reads a phase with: SQL over rollouts, scalars and steps, samples,
-registry, history.
+"""The tools an LLM Diagnostician or Critic reads a phase with: SQL over rollouts, scalars, steps and dev items,
+samples, registry, history.
 
     sql       DuckDB over three tables: ``rollouts`` (every phase's parquet file, one row per completion, with a
               ``rollout_id`` = group_id/sample_idx), ``scalars`` (phase, name, value: the trainer's logged
               figures per phase and dev accuracy, overall and per level) and ``steps`` (phase, step, name, value:
               the trainer's per-step log within each phase, ``PhaseResult.trajectory``: reward, entropy,
-              grad_norm, learning_rate, ...)
+              grad_norm, learning_rate, ...) and ``dev_items`` (phase, task_id, score: the dev split's verdict per
+              task at each phase's end, phase 0 the starting policy: which verdicts a phase changed, paired per task)
     sample    rollouts by id, or by a WHERE clause over ``rollouts``: prompt, completion, reward, verified, ...
     registry  main's diagnostics registry on the phase's rollouts (each metric's value and alert threshold)
     history   the run so far: per-phase accuracy, and every candidate edit with its verdict and realized effect
@@ -39,7 +40,8 @@ class ToolCall(BaseModel):
     action: Literal["sql", "sample", "registry", "history", "answer"] = Field(
         description="sql: run `query`; sample: show rollouts by `ids`, or matching `query` (a WHERE clause); "
         "registry / history: read them; answer: give the final answer now")
-    query: str = Field("", description="SQL for sql (tables rollouts, scalars, steps); a WHERE clause for sample")
+    query: str = Field("", description="SQL for sql (tables rollouts, scalars, steps, dev_items); a WHERE clause "
+                       "for sample")
     ids: list[str] = Field(default_factory=list, description="rollout ids (group_id/sample_idx) for sample")
 
 
@@ -65,6 +67,11 @@ class EvidenceTools:
         per_step = [(r.phase, i + 1, n, v) for r in results for n, vs in r.trajectory.items() for i, v in enumerate(vs)]
         if per_step:
             self.con.executemany("INSERT INTO steps VALUES (?, ?, ?, ?)", per_step)
+        self.con.execute("CREATE TABLE dev_items (phase BIGINT, task_id VARCHAR, score DOUBLE)")
+        scored = [(0, baseline)] if baseline is not None else []
+        items = [(p, k, v) for p, d in scored + [(r.phase, r.dev) for r in results] for k, v in d.items.items()]
+        if items:
+            self.con.executemany("INSERT INTO dev_items VALUES (?, ?, ?)", items)
         self.con.execute("SET enable_external_access = false")
         self.con.execute("SET lock_configuration = true")
         self.ids = {r[0] for r in self.con.execute("SELECT rollout_id FROM rollouts").fetchall()}
@@ -169,7 +176,7 @@ class EvidenceTools:
     def schema(self) -> str:
         """The tables' columns, for the prompt."""
         out = []
-        for table in ("rollouts", "scalars", "steps"):
+        for table in ("rollouts", "scalars", "steps", "dev_items"):
             cols = self.con.execute(f"DESCRIBE {table}").fetchall()
             out.append(f"{table}({', '.join(f'{c[0]} {c[1]}' for c in cols)})")
         names = [r[0] for r in self.con.execute("SELECT DISTINCT name FROM scalars ORDER BY 1").fetchall()]

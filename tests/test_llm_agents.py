@@ -149,6 +149,22 @@ def test_the_per_step_log_is_a_table_the_llm_roles_can_query_and_cite(tmp_path, 
     tools.close()
 
 
+def test_dev_verdicts_per_task_are_a_table_the_llm_roles_can_query_and_cite(tmp_path, repo):
+    """What the policy-stalled rule reads (which dev verdicts a phase changed, paired per task; phase 0 the starting
+    policy) is evidence an LLM role can read too, and a figure from it holds when cited."""
+    from agents.evidence_tools import EvidenceTools
+
+    ev = evidence(tmp_path, repo)
+    ev.baseline = EvalResult(accuracy=0.5, n=4, items={"a": 1.0, "b": 0.0, "c": 1.0, "d": 0.0})
+    ev.results[0].dev = EvalResult(accuracy=0.5, n=4, items={"a": 1.0, "b": 1.0, "c": 0.0, "d": 0.0})
+    tools = EvidenceTools.from_evidence(ev)
+    assert "dev_items(phase BIGINT, task_id VARCHAR, score DOUBLE)" in tools.schema()
+    query = ("SELECT avg((s.score <> b.score)::INT) AS changed FROM dev_items s JOIN dev_items b USING (task_id) "
+             "WHERE s.phase = 1 AND b.phase = 0")
+    assert tools.holds(query, 0.5) is None and tools.holds(query, 0.0) is not None
+    tools.close()
+
+
 def test_diagnostician_samples_by_id_and_by_where_reads_registry_and_history(tmp_path, repo):
     """Each tool's result is what the next request hands the model: the rows asked for, main's registry, the run's
     history (dev accuracy per phase, from the starting policy on)."""
