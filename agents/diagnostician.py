@@ -55,9 +55,9 @@ THRESHOLDS = {
     "disagreement_share": 0.5,  # of the right answers (or of the rewarded ones): scale-free when few are right
     "length_growth": 0.5,
     "entropy_drop": 0.10,  # of the first quarter's entropy, within one phase, with no reward gain to show for it
-    # the share of dev items whose verdict changed over a phase under which the policy counts as not moving: the bar
-    # the gate sets for a trial that moved anything (issue 40: fewer than 1% of probe items changing is uninformative),
-    # so a policy the rule calls stalled is one a trial could not tell from its starting point either
+    # the share of dev items whose verdict changed over a phase under which the policy counts as not moving: issue
+    # 40's bar for a trial that moved anything (fewer than 1% of probe items changing is uninformative), so a policy
+    # the rule calls stalled is one a trial could not tell from its starting point either
     "stalled_changed_share": 0.01,
 }
 # train_eval_mismatch's budget channel reads the share of training's right answers that the evaluator's budget cuts
