@@ -1,8 +1,9 @@
 """What a person watching ``evotrainer run`` sees: progress bars for long steps and a summary per phase.
 
-Per phase it prints held-out accuracy, the diagnoses (confirmed or rejected, with the Critic's reason), each
-candidate edit with its backtest verdict and reasons, and what was promoted to ``main``. :func:`summarize` turns
-the run's state into that summary (also logged as the ``phase_summary`` event); this module only renders.
+Per phase it prints held-out accuracy (and its tolerant score, which forgives formatting slips), the diagnoses
+(confirmed or rejected, with the Critic's reason), each candidate edit with its backtest verdict and reasons, and
+what was promoted to ``main``. :func:`summarize` turns the run's state into that summary (also logged as the
+``phase_summary`` event); this module only renders.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def summarize(state: RunState, effects: list[dict], baseline: EvalResult | None)
     prev_eval = results[-2].eval if len(results) > 1 else baseline
     prev = prev_eval.accuracy if prev_eval else None
     change = accuracy_change(prev_eval, cur.eval) if prev_eval else None
+    tolerant, prev_tolerant = cur.eval.tolerant(), prev_eval.tolerant() if prev_eval else None
     promoted = [{"branch": p.branch, "main_sha": p.main_sha, "hypothesis": p.candidate.hypothesis}
                 for p in state.promotions if p.phase == state.phase]
     by_branch = {c.branch: c for c in state.candidates}
@@ -40,7 +42,9 @@ def summarize(state: RunState, effects: list[dict], baseline: EvalResult | None)
                       "variable": c.variable if c else "", "intervention": c.intervention if c else ""})
     return {
         "phase": state.phase, "accuracy": cur.eval.accuracy, "previous_accuracy": prev, "eval_n": cur.eval.n,
-        "change": change, "dev_accuracy": cur.dev.accuracy, "dev_n": cur.dev.n,
+        "change": change, "tolerant_accuracy": tolerant.accuracy if tolerant else None,
+        "tolerant_change": accuracy_change(prev_tolerant, tolerant) if tolerant and prev_tolerant else None,
+        "dev_accuracy": cur.dev.accuracy, "dev_n": cur.dev.n,
         "previous_label": "previous" if len(results) > 1 else "start",
         "by_difficulty": cur.eval.by_difficulty, "harness_sha": cur.harness_sha, "train_s": cur.wall_time_s,
         "reward_mean": cur.train.get("reward_mean", 0.0), "dead_group_ratio": cur.train.get("dead_group_ratio", 0.0),
@@ -49,6 +53,14 @@ def summarize(state: RunState, effects: list[dict], baseline: EvalResult | None)
                       for d in state.diagnoses],
         "candidates": cands, "promoted": promoted, "effects": effects,
     }
+
+
+def tolerant_line(accuracy: float, change: dict | None = None, against: str = "previous") -> str:
+    """The held-out score under the domain's tolerant verdict, as the console says it (reports only)."""
+    moved = f" ({change['change']:+.1%} vs {against}, 95% CI {change['low']:+.1%} to {change['high']:+.1%})" \
+        if change else ""
+    return (f"held-out tolerant score {accuracy:.1%}{moved}: formatting slips forgiven (Domain.verify_tolerant: a "
+            "trailing period, spaces), never another answer; reports only")
 
 
 class Reporter:
@@ -87,6 +99,9 @@ class Reporter:
         ci = f", 95% CI {ch['low']:+.1%} to {ch['high']:+.1%}{' paired' if ch['method'] == 'paired bootstrap' else ''}" if ch else ""
         delta = f" ({acc - prev:+.1%} vs {s.get('previous_label', 'previous')}{ci})" if prev is not None else ""
         c.rule(f"[bold]phase {s['phase']}[/bold]  held-out accuracy {acc:.1%}{delta}  (n={s['eval_n']})")
+        if s.get("tolerant_accuracy") is not None:
+            c.print(tolerant_line(s["tolerant_accuracy"], s.get("tolerant_change"), s.get("previous_label", "previous")),
+                    highlight=False)
         c.print(f"dev accuracy {s['dev_accuracy']:.1%} (n={s['dev_n']}): what the loop's decisions read; the held-out "
                 "split above only reports", highlight=False)
         c.print(f"trained on main@{s['harness_sha'][:8]} in {s['train_s']:.0f} s: reward {s['reward_mean']:.3f}, "

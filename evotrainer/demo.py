@@ -6,7 +6,7 @@ from it in RUN_DIR, with the console showing the diagnoses, the candidate repair
 The agents are not told the defect: they see the rollouts, as with any harness. Then the same faulty seed is
 trained with its harness never edited (``RUN_DIR-static``: the same seed, tasks and training streams, the bench's
 static arm), and the demo prints both held-out accuracies and their difference, paired per held-out task, with its
-interval. Both run directories can be inspected and resumed like any run; a second ``evotrainer demo`` reuses them.
+interval, strict and under the tolerant score (formatting slips forgiven: what was learned beyond the answer's form). Both run directories can be inspected and resumed like any run; a second ``evotrainer demo`` reuses them.
 Both train at the fault bench's short budget (``bench.faults.BUDGET``: phases of 60 steps, judged as in the fault
 bench), so the demo finishes in minutes; a run at the defaults trains 2 x 300 steps.
 
@@ -40,27 +40,40 @@ def what_is_wrong(fault: str) -> str:
 
 def comparison(run_dir: Path) -> dict:
     """Held-out accuracy of the evolved run and of the faulty seed left alone after the same phases, and the
-    difference paired per held-out task (``metrics.paired_gain``: ``diff``, ``low``, ``high``)."""
+    difference paired per held-out task (``metrics.paired_gain``: ``diff``, ``low``, ``high``); under ``tolerant``
+    the same figures on the tolerant score (``EvalResult.tolerant``), None when a run did not measure it."""
     evolved, static = phase_results(RunDir(run_dir)), phase_results(RunDir(static_dir(run_dir)))
     phases = min(len(evolved), len(static))
     if not phases:
         raise ValueError(f"{run_dir} and {static_dir(run_dir)} need a trained phase each to be compared")
     a, b = static[phases - 1].eval, evolved[phases - 1].eval
     start = RunDir(run_dir).baseline()
-    return {"phases": phases, "start": start.accuracy if start else None, "static": a.accuracy,
-            "evotrainer": b.accuracy, "gain": paired_gain([(a.items, b.items)])}
+    out = {"phases": phases, "start": start.accuracy if start else None, "static": a.accuracy,
+           "evotrainer": b.accuracy, "gain": paired_gain([(a.items, b.items)]), "tolerant": None}
+    ta, tb, t0 = a.tolerant(), b.tolerant(), start.tolerant() if start else None
+    if ta and tb:
+        out["tolerant"] = {"start": t0.accuracy if t0 else None, "static": ta.accuracy, "evotrainer": tb.accuracy,
+                           "gain": paired_gain([(ta.items, tb.items)])}
+    return out
 
 
 def summary_lines(run_dir: Path, fault: str) -> list[str]:
-    """What the demo prints last: both runs' held-out accuracy and the paired difference."""
+    """What the demo prints last: both runs' held-out accuracy and the paired difference, strict and tolerant."""
     c = comparison(run_dir)
     g = c["gain"]
     start = f"{c['start']:.1%} at the start; " if c["start"] is not None else ""
-    return [f"demo summary (the seed harness had a planted defect, {fault}): held-out accuracy after {c['phases']} "
-            f"phases: {start}EvoTrainer {c['evotrainer']:.1%}, the faulty seed left alone {c['static']:.1%} "
-            f"({static_dir(run_dir)})",
-            f"  EvoTrainer minus the faulty seed: {g['diff']:+.1%} (95% CI {g['low']:+.1%} to {g['high']:+.1%}, "
-            f"paired on {g['n']} held-out tasks)"]
+    lines = [f"demo summary (the seed harness had a planted defect, {fault}): held-out accuracy after {c['phases']} "
+             f"phases: {start}EvoTrainer {c['evotrainer']:.1%}, the faulty seed left alone {c['static']:.1%} "
+             f"({static_dir(run_dir)})",
+             f"  EvoTrainer minus the faulty seed: {g['diff']:+.1%} (95% CI {g['low']:+.1%} to {g['high']:+.1%}, "
+             f"paired on {g['n']} held-out tasks)"]
+    if t := c["tolerant"]:
+        g = t["gain"]
+        start = f"{t['start']:.1%} at the start; " if t["start"] is not None else ""
+        lines.append(f"  tolerant score (formatting slips such as a trailing period forgiven; reports only): {start}"
+                     f"EvoTrainer {t['evotrainer']:.1%}, left alone {t['static']:.1%}, difference {g['diff']:+.1%} "
+                     f"(95% CI {g['low']:+.1%} to {g['high']:+.1%})")
+    return lines
 
 
 if __name__ == "__main__":

@@ -150,9 +150,11 @@ def _baseline(rd: RunDir, cfg, trainer, base: str, reporter: Reporter) -> dict[s
         rd.save_baseline(base, results)
         held_out = results["held_out"]
         rd.events.emit("baseline", checkpoint=base, accuracy=held_out.accuracy, n=held_out.n,
-                       by_difficulty=held_out.by_difficulty, dev_accuracy=results["dev"].accuracy,
+                       by_difficulty=held_out.by_difficulty, tolerant_accuracy=held_out.tolerant_accuracy,
+                       dev_accuracy=results["dev"].accuracy,
                        dev_n=results["dev"].n, seconds=round(time.time() - t, 2))
     result = results["held_out"]
     reporter.info(f"starting policy: held-out accuracy {result.accuracy:.1%} (n={result.n}; by level "
-                  + ", ".join(f"{k}: {v:.0%}" for k, v in result.by_difficulty.items()) + ")")
+                  + ", ".join(f"{k}: {v:.0%}" for k, v in result.by_difficulty.items()) + ")"
+                  + (f", tolerant score {result.tolerant_accuracy:.1%}" if result.tolerant_accuracy is not None else ""))
     return results

@@ -27,3 +27,15 @@ def test_a_phase_without_diagnoses_says_whether_anyone_looked(mode: str, waits: 
     out = io.StringIO()
     Reporter(Console(file=out, width=200)).phase_summary({**SUMMARY, "mode": mode, "round_waits": waits})
     assert said in out.getvalue()
+
+
+def test_the_tolerant_score_is_printed_beside_held_out_accuracy_when_measured():
+    change = {"change": 0.05, "low": 0.01, "high": 0.09, "method": "paired bootstrap"}
+    out = io.StringIO()
+    Reporter(Console(file=out, width=200)).phase_summary({**SUMMARY, "previous_label": "start",
+                                                          "tolerant_accuracy": 0.45, "tolerant_change": change})
+    assert "held-out tolerant score 45.0% (+5.0% vs start, 95% CI +1.0% to +9.0%)" in out.getvalue()
+    assert "reports only" in out.getvalue()
+    out = io.StringIO()
+    Reporter(Console(file=out, width=200)).phase_summary({**SUMMARY, "tolerant_accuracy": None})  # not measured
+    assert "tolerant" not in out.getvalue()

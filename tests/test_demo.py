@@ -13,11 +13,14 @@ from evotrainer.harness import faults
 from evotrainer.rundir import RunDir
 
 
-def _write_phases(root: Path, finals: list[list[float]]) -> None:
+def _write_phases(root: Path, finals: list[list[float]], tolerant: list[list[float]] | None = None) -> None:
     rd = RunDir(root)
     for phase, items in enumerate(finals, 1):
         scores = {f"held_out-{i}": s for i, s in enumerate(items)}
-        ev = EvalResult(accuracy=sum(items) / len(items), n=len(items), items=scores)
+        lenient = (tolerant or [])[phase - 1:phase]
+        ev = EvalResult(accuracy=sum(items) / len(items), n=len(items), items=scores, **({
+            "tolerant_accuracy": sum(lenient[0]) / len(items),
+            "tolerant_items": {f"held_out-{i}": s for i, s in enumerate(lenient[0])}} if lenient else {}))
         result = PhaseResult(phase=phase, harness_sha="a" * 40, steps=1, eval=ev, dev=ev, rollout_path="",
                              checkpoint_path="", wall_time_s=1.0, tokens=1)
         rd.checkpoint(phase).mkdir(parents=True)
@@ -39,6 +42,20 @@ def test_the_summary_compares_the_evolved_run_with_the_faulty_seed_left_alone(tm
     _write_phases(tmp_path / "short", [[1.0] * n])
     _write_phases(tmp_path / "short-static", [[0.0] * n, [0.0] * n])
     assert demo.comparison(tmp_path / "short")["phases"] == 1  # compared after the phases both trained
+
+
+def test_the_summary_says_the_tolerant_score_beside_the_strict_one_when_both_runs_measured_it(tmp_path: Path):
+    run, n = tmp_path / "demo", 400
+    _write_phases(run, [[0.0] * n], tolerant=[[1.0] * 300 + [0.0] * 100])  # strict 0%, tolerant 75%
+    _write_phases(demo.static_dir(run), [[0.0] * n], tolerant=[[1.0] * 100 + [0.0] * 300])  # tolerant 25%
+    t = demo.comparison(run)["tolerant"]
+    assert t["evotrainer"] == pytest.approx(0.75) and t["static"] == pytest.approx(0.25)
+    assert t["gain"]["diff"] == pytest.approx(0.5) and t["gain"]["low"] > 0.4
+    lines = demo.summary_lines(run, "divergence")
+    assert len(lines) == 3 and "tolerant score" in lines[2] and "+50.0%" in lines[2] and "+0.0%" in lines[1]
+    _write_phases(tmp_path / "old", [[0.0] * n])  # evaluations from before the tolerant score: said nothing of it
+    _write_phases(tmp_path / "old-static", [[0.0] * n], tolerant=[[1.0] * n])
+    assert demo.comparison(tmp_path / "old")["tolerant"] is None and len(demo.summary_lines(tmp_path / "old", "x")) == 2
 
 
 def test_the_demo_s_defect_is_catalogued_and_said_plainly():

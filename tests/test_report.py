@@ -321,6 +321,29 @@ def test_a_failing_report_is_an_event_not_a_stop(hostile_run: Path, tmp_path: Pa
     assert len(errors) == 1 and errors[0]["phase"] == 1 and "ValidationError" in errors[0]["error"]
 
 
+def test_the_tolerant_score_stands_beside_every_held_out_accuracy(run_dir: Path):
+    """The run's own evaluations filled it (the start and each phase), and the report shows it in the headline, the
+    phase table and the accuracy chart; an evaluation from before it existed shows "-" and no line."""
+    from evotrainer.report.collect import accuracy_rows
+    from evotrainer.report.html import _tolerant, tolerant_kpi
+
+    rd = RunDir(run_dir)
+    evals = [rd.baseline(), *(r.eval for r in phase_results(rd))]
+    assert all(e.tolerant_accuracy is not None and set(e.tolerant_items) == set(e.items) for e in evals)
+    assert all(e.tolerant_accuracy >= e.accuracy for e in evals)  # it forgives, never takes away
+    page = _page(run_dir)
+    assert "tolerant score (formatting slips forgiven; reports only)" in page  # headline
+    assert "tolerant score (slips forgiven; change [95%])" in page  # phase table
+    assert any(t.startswith("tolerant score") for t in _texts(_chart(page, "accuracy")))  # the chart's legend
+    rows = accuracy_rows(evals[0], phase_results(rd))
+    assert [r["tolerant"] for r in rows] == [e.tolerant_accuracy for e in evals] and rows[1]["tolerant_change"]
+    old = [r.model_copy(update={"eval": r.eval.model_copy(update={"tolerant_accuracy": None})})
+           for r in phase_results(rd)]
+    rows = accuracy_rows(None, old)
+    assert all(r["tolerant"] is None and r["tolerant_change"] is None and _tolerant(r) == "-" for r in rows)
+    assert not tolerant_kpi(rows[0], rows[-1], "start to phase 2", None)
+
+
 def test_accuracy_change_is_paired_when_both_sides_have_items():
     before = EvalResult(accuracy=0.5, n=200, items={f"t{i}": float(i % 2) for i in range(200)})
     same = accuracy_change(before, before)

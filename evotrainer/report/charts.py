@@ -3,7 +3,8 @@
 Each function takes the plain data of ``evotrainer.report.collect.collect`` and returns one ``<svg>`` element:
 
     accuracy   held-out accuracy per phase (Wilson 95% band) over its change against the phase before, with the
-               change's interval (paired bootstrap or unpaired normal, named in the legend)
+               change's interval (paired bootstrap or unpaired normal, named in the legend); the tolerant score
+               (formatting slips forgiven) dashed beside it where the evaluations measured one
     training   train reward and verified rate per phase
     health     small multiples: dead groups, kept fraction, truncation, completion length (per step and per
                phase), entropy, KL, grad norm (per phase); a figure the trainer did not log keeps its panel, which
@@ -87,6 +88,10 @@ def accuracy(rows: list[dict], phases: list[dict]) -> str:
         for r in rows:
             top.annotate(f"{r['accuracy']:.1%}", (r["phase"], r["accuracy"]), xytext=(0, 7),
                          textcoords="offset points", ha="center", fontsize=8)
+        tolerant = [r for r in rows if r.get("tolerant") is not None]
+        if tolerant:
+            top.plot([r["phase"] for r in tolerant], [r["tolerant"] for r in tolerant], "s--", color=COLORS["main"],
+                     alpha=0.6, lw=1.2, label="tolerant score (formatting slips forgiven; reports only)")
         top.set_ylabel("accuracy")
         top.set_title(f"Held-out accuracy per phase (n={rows[-1]['n'] if rows else 0})", loc="left")
         top.legend(loc="best", fontsize=8)

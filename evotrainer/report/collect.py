@@ -6,7 +6,9 @@ module only reads; ``html.py`` and ``charts.py`` render and write. The sources:
 
     held-out accuracy   checkpoints/phase-NNNN/result.json and baseline.json; the change of each phase against the
                         one before (or the start) has a paired bootstrap interval over held-out items when both
-                        sides logged ``EvalResult.items``, else an unpaired normal interval (the chart says which)
+                        sides logged ``EvalResult.items``, else an unpaired normal interval (the chart says which);
+                        beside it the tolerant score (``EvalResult.tolerant``: formatting slips forgiven), the same
+                        way, where the evaluation measured it
     training, health    PhaseResult.train (what the trainer logged) and, per step, the rollouts' group figures;
                         a figure the trainer did not log is named with the reason (KL: beta = 0 in harness.yaml)
     harness lineage     the harness repo: main per phase, every candidate with its trailers, the ``backtest`` note
@@ -50,17 +52,27 @@ def clear_caches() -> None:
 
 
 def accuracy_rows(baseline: EvalResult | None, results: list[PhaseResult]) -> list[dict]:
-    """Phase 0 (the start, when measured) and every phase: accuracy, Wilson interval, change vs the one before."""
+    """Phase 0 (the start, when measured) and every phase: accuracy, Wilson interval, change vs the one before; the
+    tolerant score and its change the same way (None where an evaluation did not measure it)."""
     rows: list[dict] = []
     evals = ([(0, baseline)] if baseline else []) + [(r.phase, r.eval) for r in results]
     for i, (phase, ev) in enumerate(evals):
         lo, hi = wilson(ev.accuracy * ev.n, ev.n)
-        row = {"phase": phase, "accuracy": ev.accuracy, "low": lo, "high": hi, "n": ev.n, "change": None}
+        row = {"phase": phase, "accuracy": ev.accuracy, "low": lo, "high": hi, "n": ev.n, "change": None,
+               "tolerant": ev.tolerant_accuracy, "tolerant_change": None}
         if i > 0:
-            row["change"] = accuracy_change(evals[i - 1][1], ev, RESAMPLES)
+            before = evals[i - 1][1]
+            row["change"] = accuracy_change(before, ev, RESAMPLES)
             row["change"]["against"] = "start" if evals[i - 1][0] == 0 else f"phase {evals[i - 1][0]}"
+            row["tolerant_change"] = _tolerant_change(before, ev)
         rows.append(row)
     return rows
+
+
+def _tolerant_change(before: EvalResult, after: EvalResult) -> dict | None:
+    """``accuracy_change`` of the two results' tolerant scores, or None when either did not measure one."""
+    a, b = before.tolerant(), after.tolerant()
+    return accuracy_change(a, b, RESAMPLES) if a and b else None
 
 
 def _beta(repo: HarnessRepo, sha: str) -> float | None:
@@ -259,6 +271,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
                 "eval_n": results[-1].eval.n if results else 0},
         "accuracy": accuracy_rows(rd.baseline(), results),
         "overall": accuracy_change(evals[0], evals[-1], RESAMPLES) if len(evals) > 1 else None,  # first to last
+        "overall_tolerant": _tolerant_change(evals[0], evals[-1]) if len(evals) > 1 else None,
         "phases": phases,
         "unlogged": unlogged(phases, steps),  # health figures the trainer did not log, and why
         "steps": steps,

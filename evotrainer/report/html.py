@@ -68,9 +68,10 @@ def headline(d: dict) -> str:
     promoted = sum(c["state"] == "promoted" for c in cands)
     c = d["overall"]
     moved = "-" if not c else f"{c['change']:+.1%}, 95% CI {c['low']:+.1%} to {c['high']:+.1%}"
+    since = f"{'start' if first and first['phase'] == 0 else 'first phase'} to phase {last['phase'] if last else '-'}"
     kpis = [(f"{_pct(first and first['accuracy'])} &rarr; {_pct(last and last['accuracy'])}",
-             f"held-out accuracy, {'start' if first and first['phase'] == 0 else 'first phase'} to phase "
-             f"{last['phase'] if last else '-'} ({moved})"),
+             f"held-out accuracy, {since} ({moved})"),
+            *tolerant_kpi(first, last, since, d.get("overall_tolerant")),
             (f"{run['done']} / {run['phases']}", "phases trained / budget"),
             (f"{promoted} / {len(cands)}", "candidates promoted / proposed"),
             (esc(run["main"][:8]), "harness main now")]
@@ -83,26 +84,43 @@ def headline(d: dict) -> str:
             f"&middot; written {esc(run['written'])}</p><div class=kpis>{boxes}</div><nav>{nav}</nav>")
 
 
+def tolerant_kpi(first: dict | None, last: dict | None, since: str, change: dict | None) -> list[tuple[str, str]]:
+    """The headline figure of the tolerant score (formatting slips forgiven), when the run measured one."""
+    if not last or last.get("tolerant") is None:
+        return []
+    moved = "-" if not change else f"{change['change']:+.1%}, 95% CI {change['low']:+.1%} to {change['high']:+.1%}"
+    return [(f"{_pct(first.get('tolerant'))} &rarr; {_pct(last['tolerant'])}",
+             f"tolerant score (formatting slips forgiven; reports only), {since} ({moved})")]
+
+
+def _tolerant(a: dict | None) -> str:
+    """A row's tolerant score with its change against the row before, or "-" when not measured."""
+    if not a or a.get("tolerant") is None:
+        return "-"
+    c = a.get("tolerant_change")
+    return _pct(a["tolerant"]) + (f" ({c['change']:+.1%} [{c['low']:+.1%}, {c['high']:+.1%}])" if c else "")
+
+
 def phase_table(d: dict) -> str:
     acc = {r["phase"]: r for r in d["accuracy"]}
     rows = []
     if 0 in acc:
         a = acc[0]
-        rows.append(["start", "-", f"{_pct(a['accuracy'])} [{_pct(a['low'])}, {_pct(a['high'])}]", "-"]
-                    + ["-"] * 7)
+        rows.append(["start", "-", f"{_pct(a['accuracy'])} [{_pct(a['low'])}, {_pct(a['high'])}]", "-",
+                     _tolerant(a)] + ["-"] * 7)
     for p in d["phases"]:
         a, t = acc.get(p["phase"]), p["train"]
         sha = f"<code>{esc(p['harness_sha'][:8])}</code>" + (" <b>new main</b>" if p["main_changed"] else "")
         rows.append([str(p["phase"]), sha,
                      f"{_pct(a['accuracy'])} [{_pct(a['low'])}, {_pct(a['high'])}]" if a else "-",
-                     _interval(a and a["change"]), _pct(p["dev_accuracy"]), _num(t.get("reward_mean")),
+                     _interval(a and a["change"]), _tolerant(a), _pct(p["dev_accuracy"]), _num(t.get("reward_mean")),
                      _pct(t.get("verified_rate")),
                      _pct(t.get("dead_group_ratio")), _pct(t.get("kept_fraction")), _pct(t.get("truncation_rate")),
                      f"{p['steps']} steps, {p['wall_time_s']:.0f} s"])
     head = ["phase", "harness", "held-out accuracy [95% Wilson]", "change vs previous [95%]",
-            "dev accuracy (what decisions read)", "train reward", "verified", "dead groups", "kept", "truncated",
-            "training"]
-    return f'<h2 id="phases">Phases</h2>{_table(head, rows, {2, 4, 5, 6, 7, 8, 9})}'
+            "tolerant score (slips forgiven; change [95%])", "dev accuracy (what decisions read)", "train reward",
+            "verified", "dead groups", "kept", "truncated", "training"]
+    return f'<h2 id="phases">Phases</h2>{_table(head, rows, {2, 4, 5, 6, 7, 8, 9, 10})}'
 
 
 def health_notes(d: dict) -> str:
