@@ -7,7 +7,10 @@ see anything (a harness can only amplify learning that training produces).
 For each run it prints, per level of the held-out split: the accuracy of the starting policy, after each phase, and
 the gain from the start to the last phase paired per item with its 95% interval (``metrics.paired_gain``); with
 several runs, also the gain pooled over them (runs as replicates, then items). A level whose interval holds 0
-taught nothing at that budget. ``--json PATH`` writes the figures. It reads the runs' files only: nothing trains.
+taught nothing at that budget. ``--tolerant`` reads the tolerant score instead (``EvalResult.tolerant``: formatting
+slips such as the warm-up's trailing period forgiven), so a gain there is more than the answer's form
+(docs/preregistration/tolerant-learning.md). ``--json PATH`` writes the figures. It reads the runs' files only:
+nothing trains.
 """
 
 from __future__ import annotations
@@ -22,16 +25,23 @@ from evotrainer.report.history import phase_results
 from evotrainer.rundir import RunDir
 
 
-def run_levels(run_dir: Path) -> dict:
-    """Per level of ``run_dir``'s held-out split: item scores at the start and after each trained phase."""
+def run_levels(run_dir: Path, tolerant: bool = False) -> dict:
+    """Per level of ``run_dir``'s held-out split: item scores at the start and after each trained phase (under the
+    tolerant score with ``tolerant``)."""
     rd = RunDir(run_dir)
     start, results = rd.baseline(), phase_results(rd)
     if start is None or not results:
         raise SystemExit(f"{run_dir}: no starting evaluation or no trained phase (is it a run that trained?)")
+    scored = [start, *(r.eval for r in results)]
+    if tolerant:
+        scored = [ev.tolerant() for ev in scored]
+        if None in scored:
+            raise SystemExit(f"{run_dir}: an evaluation without the tolerant score (made before it was measured): "
+                             "train the run again to read it")
     level = {t["id"]: str(t["difficulty"]) for t in rd.eval_tasks()}
-    stages = [("start", 0, start.items)]
-    for result in results:
-        stages.append((f"phase {result.phase}", stages[-1][1] + result.steps, result.eval.items))
+    stages = [("start", 0, scored[0].items)]
+    for result, ev in zip(results, scored[1:]):
+        stages.append((f"phase {result.phase}", stages[-1][1] + result.steps, ev.items))
     levels: dict[str, dict] = {}
     for name in sorted(set(level.values())):
         ids = [i for i, lv in level.items() if lv == name]
@@ -43,10 +53,13 @@ def run_levels(run_dir: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--tolerant", action="store_true", help="the tolerant score (formatting slips forgiven)")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
-    runs = [run_levels(r) for r in a.runs]
-    out: dict = {"runs": [], "pooled": {}}
+    runs = [run_levels(r, a.tolerant) for r in a.runs]
+    out: dict = {"score": "tolerant" if a.tolerant else "strict", "runs": [], "pooled": {}}
+    if a.tolerant:
+        print("tolerant score (formatting slips forgiven):")
     for run in runs:
         print(f"{run['run']}: " + ", ".join(f"{name} ({n} steps)" if n else name for name, n in run["stages"]))
         rows = {}

@@ -100,8 +100,8 @@ class Reporter:
         delta = f" ({acc - prev:+.1%} vs {s.get('previous_label', 'previous')}{ci})" if prev is not None else ""
         c.rule(f"[bold]phase {s['phase']}[/bold]  held-out accuracy {acc:.1%}{delta}  (n={s['eval_n']})")
         if s.get("tolerant_accuracy") is not None:
-            c.print(tolerant_line(s["tolerant_accuracy"], s.get("tolerant_change"), s.get("previous_label", "previous")),
-                    highlight=False)
+            c.print(tolerant_line(s["tolerant_accuracy"], s.get("tolerant_change"),
+                                  s.get("previous_label", "previous")), highlight=False)
         c.print(f"dev accuracy {s['dev_accuracy']:.1%} (n={s['dev_n']}): what the loop's decisions read; the held-out "
                 "split above only reports", highlight=False)
         c.print(f"trained on main@{s['harness_sha'][:8]} in {s['train_s']:.0f} s: reward {s['reward_mean']:.3f}, "

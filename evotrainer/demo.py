@@ -6,7 +6,8 @@ from it in RUN_DIR, with the console showing the diagnoses, the candidate repair
 The agents are not told the defect: they see the rollouts, as with any harness. Then the same faulty seed is
 trained with its harness never edited (``RUN_DIR-static``: the same seed, tasks and training streams, the bench's
 static arm), and the demo prints both held-out accuracies and their difference, paired per held-out task, with its
-interval, strict and under the tolerant score (formatting slips forgiven: what was learned beyond the answer's form). Both run directories can be inspected and resumed like any run; a second ``evotrainer demo`` reuses them.
+interval, strict and under the tolerant score (formatting slips forgiven: what was learned beyond the answer's
+form). Both run directories can be inspected and resumed like any run; a second ``evotrainer demo`` reuses them.
 Both train at the fault bench's short budget (``bench.faults.BUDGET``: phases of 60 steps, judged as in the fault
 bench), so the demo finishes in minutes; a run at the defaults trains 2 x 300 steps.
 

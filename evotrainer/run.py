@@ -154,7 +154,8 @@ def _baseline(rd: RunDir, cfg, trainer, base: str, reporter: Reporter) -> dict[s
                        dev_accuracy=results["dev"].accuracy,
                        dev_n=results["dev"].n, seconds=round(time.time() - t, 2))
     result = results["held_out"]
+    tolerant = result.tolerant()
     reporter.info(f"starting policy: held-out accuracy {result.accuracy:.1%} (n={result.n}; by level "
                   + ", ".join(f"{k}: {v:.0%}" for k, v in result.by_difficulty.items()) + ")"
-                  + (f", tolerant score {result.tolerant_accuracy:.1%}" if result.tolerant_accuracy is not None else ""))
+                  + (f", tolerant score {tolerant.accuracy:.1%}" if tolerant else ""))
     return results
