@@ -1,24 +1,30 @@
-"""Engineer: turns each confirmed diagnosis into one single-variable candidate commit on its own branch.
+"""Engineer: turns the confirmed diagnoses into single-variable candidate commits, each on its own branch.
 
-For each confirmed diagnosis (most urgent first: ``agents.roles.urgency``) the built-in Engineer asks the
-Librarian's skills first — interventions that won before for this failure mode, ranked by wins — then falls back to
-the playbook order (``agents.playbook.for_domain(ctx.domain)``: the generic edits plus the domain's own), where an
-edit whose ``cause`` the evidence shows (the harness produces the diagnosis in a way the edit undoes, e.g. a
-curriculum withholding levels while the sampled ones are dead) goes first: a cause before shaping that masks it.
-It skips interventions already tried this phase, rejected as "no effect" on this same main in an earlier phase,
-already present in the harness, known to lose (skills with uses but no wins), or needing a pilot run when pilots
-are off.
-The edit is committed on ``candidates/phase-N-k`` from ``main`` with the hypothesis and trailers; nothing touches
-``main``. After ``evolution.escalate_after`` phases in a row with nothing promoted (``ctx.escalation``) it only
-edits layers not edited during the stall, or, with none left, proposes a subtraction (:func:`subtraction`: undo the
-latest promotion). :func:`commit` is the one way a candidate is committed, by any Engineer.
+For each confirmed diagnosis (most urgent first: ``agents.roles.urgency``) the built-in Engineer orders the moves
+that answer it: the Librarian's skills first (moves that won before for this failure mode, ranked by wins), then
+the playbook order (``agents.playbook.for_domain(ctx.domain)``: the generic moves, the knob table's, the domain's
+neutral forms and its own edits), where a move whose ``cause`` the evidence shows (the harness produces the
+diagnosis in a way the move undoes, e.g. a curriculum that samples some levels rarely while the sampled ones are
+dead) goes first: a cause before shaping that masks it. A template (``undo``, ``remove_reward`` ...) stands for its
+moves on the harness at hand (``agents.playbook.concrete``). It then proposes up to ``max_candidates`` candidates
+round robin: the first applicable move of each diagnosis in urgency order, then the next move of each, so a round
+has several entrants, not one per diagnosis. It skips moves already tried this phase, rejected as "no effect" or
+lost on this same main in an earlier phase, not applicable to the harness (already present, outside the knobs'
+bounds), needing a training run when trials are off, or, after ``evolution.escalate_after`` phases in a row with
+nothing promoted (``ctx.escalation``), editing a layer edited during the stall; an undo is a subtraction and goes
+ahead then, and with nothing else left the stall gets one (``undo`` of the latest promotion not undone). Each
+candidate is committed on ``candidates/phase-N-k`` from ``main`` with the hypothesis and trailers; nothing touches
+``main``. :func:`commit` is the one way a candidate is committed, by any Engineer.
 """
 
 from __future__ import annotations
 
+from typing import Iterator
+
+from agents.playbook import UNDO, Intervention, concrete, for_domain, layer_of
 from agents.roles import EngineerContext, urgency
-from agents.playbook import Intervention, for_domain, layer_of
 from evotrainer.contracts import Candidate, Diagnosis, Skill
+from evotrainer.domains import get_domain
 from evotrainer.harness.repo import HARNESS_FILES, target_trailer
 from evotrainer.judge import variables
 
@@ -56,26 +62,51 @@ class HeuristicEngineer:
         out: list[Candidate] = []
         used = set(ctx.tried) | set(ctx.no_effect) | set(ctx.trial_lost)
         confirmed = sorted((d for d in diagnoses if d.status == "confirmed"), key=urgency)
-        for d in confirmed:
-            if len(out) >= self.max_candidates:
-                break
-            seen = {"level_stats": ctx.level_stats, "diagnosis": d}
-            for intervention, skill_ids in self.ranked(d, skills.get(d.id, []), ctx.domain, (files, ctx.knobs, seen)):
-                if intervention.name in used or (intervention.needs_pilot and not ctx.pilot):
+        queues = [(d, self._moves(d, ctx, files, skills.get(d.id, []), used)) for d in confirmed]
+        while queues and len(out) < self.max_candidates:  # round robin: each diagnosis's next move in turn
+            for d, queue in list(queues):
+                if len(out) >= self.max_candidates:
+                    break
+                move = next(queue, None)
+                if move is None:
+                    queues.remove((d, queue))
                     continue
-                if ctx.escalation and layer_of(intervention.variable) in ctx.avoid_layers:
-                    continue  # escalated: a layer not edited during the stall
-                edits = intervention.edit(files, ctx.knobs, seen)
-                if not edits:
-                    continue
+                intervention, skill_ids, edits = move
                 used.add(intervention.name)
                 out.append(self._commit(ctx, d, intervention, edits, skill_ids, len(ctx.tried) + len(out) + 1,
                                         declared_variable(intervention, files, edits)))
-                break
-        if ctx.escalation and not out and confirmed:  # no other layer left: propose a subtraction
-            cand = subtraction(ctx, confirmed[0], len(ctx.tried) + 1)
-            out += [cand] if cand else []
+        if ctx.escalation and not out and confirmed:  # no other layer left: undo the latest promotion
+            seen = self._seen(ctx, confirmed[0])
+            undo = next((u for u in concrete(UNDO, files, ctx.knobs, seen) if u.name not in used), None)
+            if undo is not None:
+                out.append(self._commit(ctx, confirmed[0], undo, undo.edit(files, ctx.knobs, seen), [],
+                                        len(ctx.tried) + 1, undo.variable))
         return out
+
+    @staticmethod
+    def _seen(ctx: EngineerContext, d: Diagnosis) -> dict:
+        """What a move reads beside the files and knobs: the diagnosis it answers, the phase's levels, the domain's
+        levels, and what an undo needs (the repo, the base, the promotions)."""
+        return {"level_stats": ctx.level_stats, "diagnosis": d, "levels": get_domain(ctx.domain).levels,
+                "repo": ctx.repo, "base_sha": ctx.base_sha, "promotions": ctx.promotions}
+
+    def _moves(self, d: Diagnosis, ctx: EngineerContext, files: dict[str, str], skills: list[Skill], used: set[str]
+               ) -> Iterator[tuple[Intervention, list[str], dict[str, str]]]:
+        """The moves that answer ``d`` and apply here, in order, each with its skills and edits (lazily: ``used``
+        grows as other diagnoses take moves)."""
+        seen = self._seen(ctx, d)
+        for template, skill_ids in self.ranked(d, skills, ctx.domain, (files, ctx.knobs, seen)):
+            if template.needs_pilot and not ctx.pilot:
+                continue
+            for intervention in concrete(template, files, ctx.knobs, seen):
+                undo = intervention.name.startswith("undo:")
+                if intervention.name in used:
+                    continue
+                if ctx.escalation and not undo and layer_of(intervention.variable) in ctx.avoid_layers:
+                    continue  # escalated: a layer not edited during the stall (an undo is a subtraction)
+                edits = intervention.edit(files, ctx.knobs, seen)
+                if edits:
+                    yield intervention, skill_ids, edits
 
     def _commit(self, ctx: EngineerContext, d: Diagnosis, i: Intervention, edits: dict[str, str],
                 skill_ids: list[str], k: int, variable: str) -> Candidate:
@@ -121,27 +152,3 @@ def commit(ctx: EngineerContext, d: Diagnosis, cand: Candidate, edits: dict[str,
         },
     )
     return cand
-
-
-def subtraction(ctx: EngineerContext, d: Diagnosis, k: int) -> Candidate | None:
-    """A candidate that undoes the latest promotion not undone yet: its files as they were before its merge."""
-    done = set(ctx.tried)
-    for promo in reversed(ctx.promotions):
-        name = f"subtract:{promo.candidate.intervention}"
-        if name in done:
-            continue
-        restored = ctx.repo.files_before(promo.main_sha, promo.candidate.files)  # a file it added is left alone
-        edits = {f: t for f, t in restored.items() if t is not None and t != ctx.repo.show_file(ctx.base_sha, f)}
-        if not edits:
-            continue
-        c = promo.candidate
-        cand = Candidate(
-            branch=f"candidates/phase-{ctx.phase}-{k}", base_sha=ctx.base_sha, diagnosis_id=d.id, intervention=name,
-            hypothesis=f"If {c.variable} goes back to what it was before {promo.branch}, the stall ends, because "
-                       f"that edit has not paid off (diagnosis: {d.failure_mode})",
-            variable=c.variable, target_metric=c.target_metric, direction="up" if c.direction == "down" else "down",
-            expected=f"{c.target_metric} returns toward its value before {promo.branch}; dev accuracy holds",
-            rollback=f"merge {promo.branch} again", files=sorted(edits))
-        return commit(ctx, d, cand, edits, f"{c.variable}: undo {promo.branch} (subtraction)",
-                      f"{ctx.escalation}\n\nSubtraction: {promo.branch} ({c.intervention}) is undone.")
-    return None

@@ -30,6 +30,9 @@ from evotrainer.harness.repo import seed_dir
 from evotrainer.judge import variables
 
 
+SUBTRACTIONS = ("subtract", "undo:")  # an edit offered as a subtraction is named so (the built-in one: undo:<branch>)
+
+
 class Proposal(BaseModel):
     diagnosis_id: str
     intervention: str = Field(min_length=1, description="a short snake_case name of the edit")
@@ -81,7 +84,7 @@ def scope_problems(p: Proposal, edits: dict[str, str], read, ctx: EngineerContex
         out.append(f"declares {p.variable} but its blocks also change {', '.join(extra)}: one variable per "
                    "candidate (propose the other change as a candidate of its own, or declare the one variable "
                    "that covers them all)")
-    if p.intervention.startswith("subtract"):
+    if p.intervention.startswith(SUBTRACTIONS):
         why = subtraction_problem(ctx.repo, edits, read, ctx.promotions)
         out += [f"{p.intervention} is named as a subtraction but {why}"] if why else []
     return out
@@ -137,7 +140,7 @@ class LLMEngineer(LLMRole):
             elif p.intervention in ctx.trial_lost:
                 problems.append(f"candidate {k}: {p.intervention} lost its A/B trial on this main before")
             if ctx.escalation and layer_of(p.variable) in ctx.avoid_layers and not p.intervention.startswith(
-                    "subtract"):
+                    SUBTRACTIONS):
                 problems.append(f"candidate {k}: the run is stalled; {p.variable} is in layer "
                                 f"{layer_of(p.variable)}, edited during the stall: change layer or subtract")
             read = self._read(ctx)

@@ -1,38 +1,88 @@
-"""The Engineer's built-in playbook: single-variable harness edits, each answering some failure modes.
+"""The Engineer's built-in playbook: single-variable harness moves, each answering some failure modes.
 
-Every intervention knows which failure modes it answers, the one variable it changes, the metric it should
-move (and which way), whether that metric can be judged on retained rollouts or needs a short pilot run, and
-how to write the edit into the harness files. Edits are made as text changes that keep the rest of each file
-(comments included) as it was, so the candidate's diff shows exactly the one change. Applied interventions
-leave an ``# intervention: NAME`` marker so the Engineer does not apply one twice.
+Every move knows which failure modes it answers (``agents/modes.py`` registers them; a test holds that each has a
+move), the one variable it changes, what it does to that variable (``moves``: up, down, a jump, to a value, back
+to neutral, removed, undone), its mirror (the move back the other way) or a stated reason why it has none, the metric
+it should move (and which way), whether that metric can be judged on retained rollouts or needs a training run
+(``needs_pilot``), and how to write the edit into the harness files. Edits are text changes that keep the rest of
+each file (comments included) as it was, so the candidate's diff shows exactly the one change. Applied code edits
+leave an ``# intervention: NAME`` marker.
 
-This module holds what any domain can use: the :class:`Intervention` type, the text editors, and the generic
-interventions (group filter, curriculum, truncation, RL knobs). Interventions that know a domain's answer
-format live in ``agents/domains/<domain>.py`` (a module-level
-``INTERVENTIONS`` list built from the pieces here); :func:`for_domain` imports it lazily and merges both lists by
-``priority``, so ``evotrainer`` never imports ``agents`` and a new domain needs no edit here. The harness files
+Five kinds of moves, none carrying a constant of a catalogued defect or of a seed harness (``tests/test_moves.py``):
+
+* **Knob moves** (:data:`KNOBS`, one table row per harness.yaml knob, :func:`knob_moves` generates the moves). A
+  numeric knob steps up and down on its natural scale and, where the table gives one, jumps further when the
+  evidence says the policy does not move at all (``policy_stalled`` with a signal the step does not follow) or
+  collapsed (an overshoot mode, or at least ``COLLAPSE`` of the dev accuracy it had lost). Categorical knobs move to
+  each value a failure mode's mechanism asks for. A move outside the Knobs validator's bounds is not applicable.
+
+      knob                  scale           step        jump       mirror / reason
+      learning_rate         log             x10^0.5     x10^1.5    lower_ / raise_, jump_*_down / jump_*_up
+      max_grad_norm         log             x10^0.5     x10^1.5    (the same)
+      beta                  log, 0 = off    x10^0.5     x10^1.5    onset 0.04 from off (the GRPO paper's)
+      weight_decay          log, 0 = off    x10^0.5     -          onset 0.01 from off (AdamW's usual)
+      warmup_steps          log, 0 = off    x10^0.5     -          onset 10 steps from off
+      group_size            log2, integer   x2          -          raise_ / lower_
+      updates_per_batch     log2, integer   x2          x4         raise_ / lower_, jumps
+      oversample            log2, integer   x2          -          raise_ / lower_ (raising needs a filter that drops)
+      epsilon, epsilon_high log2            x2^0.5      -          raise_ / lower_ (only with updates_per_batch > 1)
+      temperature           additive        +-0.25      -          raise_ / lower_; temperature_toward_one
+      max_completion_length log2, integer   x2, sized   -          raise_: what 99% of ended completions need, at
+                            from evidence                          least doubling; lower_: twice that where cited,
+                                                                   else half; budget_toward_eval: the evaluator's
+      loss_type             categorical     to dr_grpo, to dapo     back: undo (no mode asks for grpo or bnpo)
+      scale_rewards         categorical     to group, to batch      back: undo (no mode asks for none)
+      lr_schedule           categorical     to constant, cosine, linear   each other's mirror
+      mask_truncated_...    boolean         mask_truncated / unmask_truncated   each other's mirror
+
+* **Neutral forms** of the code layers, published by the domain (``evotrainer.domains.neutral``): the evaluator's
+  prompt (``canonical_prompt``), keep-all filters (``keep_all_rollouts``, ``keep_all_groups``, ``keep_all_filters``),
+  the curriculum code that passes harness.yaml's weights through (``neutral_curriculum_code``) and equal weights
+  there (``equal_curriculum_weights``). Not applicable where the file is already neutral.
+* **Reward components** in turn (templates, one candidate per component): ``remove_reward:<name>`` (never the last)
+  and ``lower_reward_weight:<name>``; plus the shaping and repairs that add or rewrite a component.
+* **Undo** any promotion in any phase (template ``undo``: ``undo:<branch>`` for every promoted edit not undone yet):
+  the files as they would be without that merge, whatever came after it (``HarnessRepo.taken_out``).
+* **Shaping and repair** edits: group filters, dynamic sampling, curriculum reweighting, truncation masking and
+  penalties, and the domain's own (``agents/domains/<domain>.py``: reward components that know its answer format).
+
+A template (``expand``) stands for one move per reward component or promotion; the Engineer expands it on the
+harness at hand. :func:`for_domain` merges the generic moves, the knob table's, the domain's neutral forms and
+``agents.domains.<domain>.INTERVENTIONS`` by ``priority`` (importing the domain's lazily, so ``evotrainer`` never
+imports ``agents``); :func:`repairs_by_mode` is the one answer to "which moves answer mode X". The harness files
 these edits write to, and what their code may rely on, are described in ``harness_repo/README.md``.
 
 Try it alone::
 
-    python -c "from agents.playbook import for_domain; print([i.name for i in for_domain('math')])"
+    python -c "from agents.playbook import repairs_by_mode; print(repairs_by_mode('math'))"
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from agents.diagnostician import THRESHOLDS, UNCUT_LENGTH
-from agents.roles import OVERSHOOT_MODES
+from pydantic import ValidationError
+
+import agents.modes as modes
+from agents.diagnostician import CREDITS_WRONG, MISSES_RIGHT, THRESHOLDS, UNCUT_LENGTH
 from evotrainer.contracts import Diagnosis
+from evotrainer.domains.neutral import KEEP_ALL, PASS_THROUGH, forms
 from evotrainer.harness.knobs import Knobs
 
 Files = dict[str, str]
+
+# evidence the Diagnostician's rules cite that moves size themselves from (agents/diagnostician.py)
+EVALUATOR_BUDGET = "evaluator_budget"  # train_eval_mismatch: the evaluator's generation budget, in tokens
+ZERO_ADVANTAGE = "zero_advantage_share"  # policy_stalled: the share of the phase's groups without reward spread
+STALLED = modes.of_question("stalled")  # the policy does not move: a jump up (or down, for a brake) may be due
+OVERSHOOT = modes.of_question("overshoot")  # the update moves the policy the wrong way: a collapse
+COLLAPSE = 0.25  # a fall of this share of the best earlier dev accuracy, or more, is a collapse, not a regression
 
 
 @dataclass(frozen=True)
@@ -42,7 +92,7 @@ class Intervention:
     answers: tuple[str, ...]
     variable: str  # ending in ".*": the one variable the edit's diff changes (the evidence picks the target)
     target_metric: str
-    direction: str
+    direction: str  # which way target_metric should move
     needs_pilot: bool
     summary: str
     because: str
@@ -50,6 +100,11 @@ class Intervention:
     # True when the evidence shows the harness causes the diagnosis in a way this edit undoes (so it goes ahead of
     # the playbook's order for it: a cause before shaping that would mask its symptom); same arguments as ``edit``
     cause: Callable[[Files, Knobs, dict], bool] | None = None
+    moves: str = ""  # what the edit does to its variable: up, down, jump up, jump down, to <value>, neutral, ...
+    mirror: str = ""  # the move that takes the variable back the other way
+    no_mirror: str = ""  # why there is none (a knob move needs a mirror or this)
+    # a template: the concrete moves it stands for on these files (one per reward component or promotion)
+    expand: Callable[[Files, Knobs, dict], list["Intervention"]] | None = None
 
     def hypothesis(self, d: Diagnosis) -> str:
         return (f"If {self.summary}, {self.target_metric} goes {self.direction}, because {self.because} "
@@ -141,10 +196,127 @@ def set_yaml_entry(text: str, section: str, key: str, value: str) -> str:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.6g}"
+    """A number as harness.yaml writes it, read back as a float by YAML (``1.0e-05``, not ``1e-05``)."""
+    text = f"{x:.6g}"
+    mantissa, e, exponent = text.partition("e")
+    return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
 
 
-# --- the interventions ---------------------------------------------------------------------------------------
+def remove_yaml_entry(text: str, section: str, key: str) -> str:
+    """``text`` without the ``key: value`` line inside the top-level mapping ``section`` (other lines kept)."""
+    lines = text.splitlines()
+    inside = False
+    for i, line in enumerate(lines):
+        if re.match(rf"^{re.escape(section)}:", line):
+            inside = True
+            continue
+        if inside and line.strip() and not line.startswith("  "):
+            break
+        m = re.match(r"^  (\"?)([^\":]+)\1:", line) if inside else None
+        if m and m.group(2) == key:
+            return "\n".join(lines[:i] + lines[i + 1:]) + "\n"
+    return text
+
+
+def cited(ctx: dict) -> dict[str, float]:
+    """The figures the diagnosis an edit answers cites (``ctx["diagnosis"]``), by evidence name; none without one."""
+    d = ctx.get("diagnosis")
+    return {e.name: e.value for e in (d.evidence if d else [])}
+
+
+def collapsed(ctx: dict) -> bool:
+    """The evidence says the policy collapsed: the diagnosis is an overshoot (training makes it worse, or certain
+    without reward: its size says nothing about how far the step overshoots), or it lost at least ``COLLAPSE`` of
+    the dev accuracy it fell from."""
+    d = ctx.get("diagnosis")
+    if d is None:
+        return False
+    if d.failure_mode in OVERSHOOT:
+        return True
+    seen = cited(ctx)
+    drop, before = seen.get("dev_accuracy_drop"), seen.get("dev_accuracy_before")
+    return drop is not None and bool(before) and drop >= COLLAPSE * before
+
+
+def stalled_with_signal(ctx: dict) -> bool:
+    """The evidence says the policy does not move although the update has a signal to follow: a stall whose groups
+    mostly have reward spread (``ZERO_ADVANTAGE`` at most the dead-group threshold; a stall that does not say counts).
+    A stall without signal is answered by moves that make signal, not by a larger step."""
+    d = ctx.get("diagnosis")
+    if d is None or d.failure_mode not in STALLED:
+        return False
+    zero = cited(ctx).get(ZERO_ADVANTAGE)
+    return zero is None or zero <= THRESHOLDS["dead_group_ratio"]
+
+
+# --- functions of harness code, read with ast -------------------------------------------------------------------
+def function_node(source: str, func: str) -> ast.FunctionDef | None:
+    """The top-level function ``func`` of ``source``, or None (also when it does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == func), None)
+
+
+def _shape(node: ast.FunctionDef) -> tuple:
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]  # the docstring
+    return [a.arg for a in node.args.posonlyargs + node.args.args], [ast.dump(s) for s in body]
+
+
+def same_function(source: str, func: str, other: str) -> bool:
+    """Whether ``func`` does the same in both sources: the same parameters and body (docstrings, comments and
+    annotations aside)."""
+    a, b = function_node(source, func), function_node(other, func)
+    return a is not None and b is not None and _shape(a) == _shape(b)
+
+
+def component_functions(src: str) -> dict[str, ast.FunctionDef]:
+    """rewards.py's ``COMPONENTS``: component name -> the top-level function it names (entries that are not a plain
+    function name are left out); empty when it does not parse."""
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return {}
+    defined = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    node = components_node(tree)
+    if node is None or not isinstance(node.value, ast.Dict):
+        return {}
+    return {k.value: defined[v.id] for k, v in zip(node.value.keys, node.value.values)
+            if isinstance(k, ast.Constant) and isinstance(v, ast.Name) and v.id in defined}
+
+
+def reads_the_answer(func: ast.FunctionDef) -> bool:
+    """Whether a component function reads the task's answer (a ``["answer"]`` subscript): it checks correctness."""
+    return any(isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value == "answer"
+               for n in ast.walk(func))
+
+
+def component_names(src: str) -> list[str] | None:
+    """The keys of rewards.py's ``COMPONENTS`` dict literal, in order; None when it is not one."""
+    try:
+        node = components_node(ast.parse(src))
+    except SyntaxError:
+        return None
+    if node is None or not isinstance(node.value, ast.Dict):
+        return None
+    return [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
+
+
+def drop_component(source: str, name: str) -> str:
+    """rewards.py with ``name`` taken out of ``COMPONENTS`` (its function stays, unregistered)."""
+    node = components_node(ast.parse(source))
+    keys = [ast.literal_eval(k) for k in node.value.keys]
+    values = [ast.get_source_segment(source, v) for v in node.value.values]
+    entries = ", ".join(f'"{k}": {v}' for k, v in zip(keys, values) if k != name)
+    lines = source.splitlines(keepends=True)
+    return "".join(lines[: node.lineno - 1]) + f"COMPONENTS = {{{entries}}}\n" + "".join(lines[node.end_lineno:])
+
+
+# --- shaping and repair edits ---------------------------------------------------------------------------------
 def _drops_flat_groups(src: str) -> bool:
     """Whether filters.py's keep_group is already one of the playbook's: it drops groups without reward spread."""
     return marker("drop_zero_variance_groups") in src or marker("dynamic_sampling") in src
@@ -171,16 +343,18 @@ def _drop_zero_variance(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
 
 
 def _dynamic_sampling(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
-    """DAPO's dynamic sampling: groups without reward spread stop training and the step generates twice the prompts
-    to refill the batch with groups that carry signal. One variable (``filters.keep_group`` covers the refill
-    budget ``harness.yaml:oversample``); when main's filter already drops those groups, only the budget changes."""
+    """DAPO's dynamic sampling: groups without reward spread stop training and the step generates more prompts (one
+    step of ``oversample``'s scale) to refill the batch with groups that carry signal. One variable
+    (``filters.keep_group`` covers the refill budget ``harness.yaml:oversample``); when main's filter already drops
+    those groups, only the budget changes."""
     if knobs.oversample > 1:
         return None
-    out = {"harness.yaml": set_yaml_scalar(files["harness.yaml"], "oversample", "2")}
+    more = stepped(KNOBS["oversample"], knobs.oversample, +1, KNOBS["oversample"].step)
+    out = {"harness.yaml": set_yaml_scalar(files["harness.yaml"], "oversample", str(more))}
     if not _drops_flat_groups(files["filters.py"]):
         out["filters.py"] = _spread_filter(
             files["filters.py"], "dynamic_sampling",
-            "a group whose rewards are all equal has zero GRPO advantage; with harness.yaml's oversample: 2 the "
+            f"a group whose rewards are all equal has zero GRPO advantage; with harness.yaml's oversample: {more} the "
             "trainer", "refills the batch with groups that carry signal")
     return out
 
@@ -205,23 +379,43 @@ _OVERLONG = f'''def overlong(sample: dict) -> float:
     return -1.0 if sample["truncated"] else 0.0
 '''
 
+# --- the curriculum -------------------------------------------------------------------------------------------
+RARE = 0.5  # a level sampled at less than this share of an equal split of the phase's rollouts is sampled rarely
 
-def _mask_truncated(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
-    if knobs.mask_truncated_completions:
-        return None
-    return {"harness.yaml": set_yaml_scalar(files["harness.yaml"], "mask_truncated_completions", "true")}
+
+def _levels(knobs: Knobs, ctx: dict) -> list[str]:
+    """The difficulty levels in play: the domain's (``ctx["levels"]``, when the Engineer gives them), harness.yaml's
+    and the phase's."""
+    return sorted(set(ctx.get("levels") or ()) | set(knobs.curriculum_weights) | set(ctx.get("level_stats") or {}))
+
+
+def _starved_levels(files: Files, knobs: Knobs, ctx: dict) -> bool:
+    """The curriculum causes the dead groups, by mechanism: every level the phase sampled at least at ``RARE`` of
+    an equal share has dead groups beyond the Diagnostician's threshold, while levels it sampled rarely or not at all
+    exist (whatever made them rare: zero weights in harness.yaml, or curriculum.py's code)."""
+    stats = ctx.get("level_stats") or {}
+    levels = _levels(knobs, ctx)
+    total = sum(st.get("n", 0) for st in stats.values())
+    if len(levels) < 2 or not stats:
+        return False
+    fair = total / len(levels)
+    rare = {lv for lv in levels if lv not in stats or (total and stats[lv].get("n", 0) < RARE * fair)}
+    sampled = [st["dead_group_ratio"] for lv, st in stats.items() if lv not in rare]
+    return bool(rare) and bool(sampled) and min(sampled) > THRESHOLDS["dead_group_ratio"]
 
 
 def _reweight_curriculum(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    """Levels weighed by their share of groups with reward spread (at least 0.1, so none falls silent); a level the
+    phase never sampled gave no evidence that it is dead, so it weighs as much as the best sampled level (optimism:
+    the next phase finds out). Rescaling only the sampled levels would leave a zero weight at zero."""
     levels = ctx.get("level_stats") or {}
     if not levels:
         return None
     text = files["harness.yaml"]
     changed = False
     new_weights = {level: round(max(0.1, 1.0 - st["dead_group_ratio"]), 2) for level, st in levels.items()}
-    # A level the phase never sampled (its weight was 0) gave no evidence that it is dead: it gets the prior weight
-    # of 1.0 so the next phase finds out. Rescaling only the sampled levels would leave a zero weight at zero.
-    new_weights.update({level: 1.0 for level in knobs.curriculum_weights if level not in levels})
+    best = max(new_weights.values())
+    new_weights.update({level: best for level in _levels(knobs, ctx) if level not in levels})
     for level, new in sorted(new_weights.items()):
         old = knobs.curriculum_weights.get(level, 1.0)
         if abs(new - old) >= 0.1:
@@ -230,137 +424,554 @@ def _reweight_curriculum(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     return {"harness.yaml": text} if changed else None
 
 
-def _withheld_levels(files: Files, knobs: Knobs, ctx: dict) -> bool:
-    """The curriculum withholds levels: the harness names levels the phase never sampled (weight 0), while every
-    level it did sample has dead groups beyond the Diagnostician's threshold, so the dead groups come from what the
-    curriculum picks."""
-    levels = ctx.get("level_stats") or {}
-    withheld = [lv for lv, w in knobs.curriculum_weights.items() if w <= 0 and lv not in levels]
-    dead = [st["dead_group_ratio"] for st in levels.values()]
-    return bool(withheld) and bool(dead) and min(dead) > THRESHOLDS["dead_group_ratio"]
+def _equal_weights(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    """harness.yaml's curriculum_weights all equal: each level an equal share (1 / levels), whatever they were."""
+    levels = _levels(knobs, ctx)
+    if not levels or len({knobs.curriculum_weights.get(lv) for lv in levels}) == 1:
+        return None  # already equal (every level named with one weight)
+    text = files["harness.yaml"]
+    for level in levels:
+        text = set_yaml_entry(text, "curriculum_weights", level, _fmt(1 / len(levels)))
+    return {"harness.yaml": text}
 
 
-def _knob(key: str, compute: Callable[[Knobs], float | int | str | None]):
+# --- neutral forms of the code layers ---------------------------------------------------------------------------
+def with_marker(func_src: str, name: str) -> str:
+    """A one-line ``def`` with the intervention's marker as its first body line."""
+    head, _, body = func_src.partition("\n")
+    return f"{head}\n    {marker(name)}\n{body}"
+
+
+def to_neutral(file: str, funcs: dict[str, str], name: str):
+    """An edit that puts ``funcs`` (function -> neutral source) into ``file`` where they differ; None when the file
+    is already neutral, lacks one of them or does not parse."""
+
+    def edit(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+        src = files.get(file)
+        if src is None or any(function_node(src, func) is None for func in funcs):
+            return None
+        out = src
+        for func, neutral in funcs.items():
+            if not same_function(out, func, neutral):
+                out = replace_function(out, func, with_marker(neutral, name))
+        return {file: out} if out != src else None
+
+    return edit
+
+
+def _keep_all_groups(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    """keep_group keeps every group; a refill budget (oversample) then only costs generation, so it goes back to 1
+    (off) with it: one variable, the filter and the refill of what it drops."""
+    out = to_neutral("filters.py", {"keep_group": KEEP_ALL["keep_group"]}, "keep_all_groups")(files, knobs, ctx)
+    if out and knobs.oversample > 1:
+        out["harness.yaml"] = set_yaml_scalar(files["harness.yaml"], "oversample", "1")
+    return out
+
+
+def _keep_all_filters(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    """Both filter functions back to keep-all, only when both filter (else a one-function move does it)."""
+    src = files.get("filters.py") or ""
+    if any(function_node(src, f) is None or same_function(src, f, s) for f, s in KEEP_ALL.items()):
+        return None
+    return to_neutral("filters.py", KEEP_ALL, "keep_all_filters")(files, knobs, ctx)
+
+
+def returns_messages(src: str) -> bool:
+    """Whether prompt.py's make_prompt returns chat messages (a list) rather than text, read with ast."""
+    node = function_node(src, "make_prompt")
+    if node is None:
+        return False
+    if node.returns is not None and "list" in ast.unparse(node.returns).lower():
+        return True
+    return any(isinstance(n, ast.Return) and isinstance(n.value, (ast.List, ast.ListComp)) for n in ast.walk(node))
+
+
+def neutral_moves(domain: str) -> list[Intervention]:
+    """The moves back to the domain's neutral code (``evotrainer.domains.neutral.forms``): the evaluator's prompt,
+    keep-all filters, the pass-through curriculum code. The prompt move needs the domain's published prompts."""
+    published = forms(domain)
+    filters = published.filters if published else KEEP_ALL
+    curriculum = published.curriculum if published else PASS_THROUGH
+    out = [
+        Intervention(
+            "keep_all_rollouts", 22, ("over_filtering",), "filters.keep_rollout", "kept_fraction", "up", False,
+            "keep_rollout keeps every rollout (the neutral filter)", "a filter that drops rollouts the update "
+            "needs starves it; the neutral filter lets every generated rollout train",
+            to_neutral("filters.py", {"keep_rollout": filters["keep_rollout"]}, "keep_all_rollouts"), moves="neutral",
+            no_mirror="a move back to a filter is code the evidence writes (a filter or an LLM edit), or undo"),
+        Intervention(
+            "keep_all_groups", 23, ("over_filtering",), "filters.keep_group", "kept_fraction", "up", False,
+            "keep_group keeps every group (the neutral filter)", "a group filter that drops groups the update "
+            "needs starves it", _keep_all_groups, moves="neutral",
+            no_mirror="drop_zero_variance_groups and dynamic_sampling are the filters evidence asks for; or undo"),
+        Intervention(
+            "keep_all_filters", 24, ("over_filtering",), "filters.py", "kept_fraction", "up", False,
+            "both filters keep everything (the neutral filters.py)", "filters that drop what the update needs "
+            "starve it", _keep_all_filters, moves="neutral", no_mirror="as keep_all_rollouts and keep_all_groups"),
+        Intervention(
+            "neutral_curriculum_code", 32, ("dead_groups", "train_eval_mismatch"),
+            "curriculum.weights", "dead_group_ratio", "down", False,
+            "curriculum.py passes harness.yaml's curriculum_weights through (the neutral curriculum)",
+            "curriculum code that starves levels leaves the update the dead groups of the levels it keeps, and the "
+            "levels it withholds untrained", to_neutral("curriculum.py", curriculum, "neutral_curriculum_code"),
+            cause=_starved_levels, moves="neutral", no_mirror="curriculum code is what the evidence writes; or undo"),
+    ]
+    if published:
+        def canonical(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+            src = files.get("prompt.py") or ""
+            form = published.chat_prompt if returns_messages(src) else published.prompt
+            return to_neutral("prompt.py", {"make_prompt": form}, "canonical_prompt")(files, knobs, ctx)
+
+        out.append(Intervention(
+            "canonical_prompt", 35, ("train_eval_mismatch", "format_failures"), "prompt.make_prompt",
+            "format_failure_rate", "down", True, "training prompts are the evaluator's own (the neutral prompt)",
+            "a policy trained on other prompts answers them, not the evaluator's; the answer form the evaluator "
+            "reads is the one its own prompt elicits", canonical, moves="neutral",
+            no_mirror="a prompt other than the evaluator's is code the evidence writes; or undo"))
+    return out
+
+
+# --- reward components, in turn -------------------------------------------------------------------------------
+def _components_in_order(src: str, knobs: Knobs, ctx: dict) -> list[str]:
+    """The reward components a move may take out or weigh less, in turn: those the diagnosis names as disagreeing
+    with the verifier (most strongly first), then those that do not read the task's answer (shaping). A component
+    that checks the answer and that no evidence names is left alone, and so is the last one that checks it: a
+    reward without one cannot tell right from wrong."""
+    names = component_names(src) or []
+    funcs = component_functions(src)
+    seen = cited(ctx)
+    named = {n.removeprefix(p): v for n, v in seen.items() for p in (CREDITS_WRONG, MISSES_RIGHT)
+             if n.startswith(p) and v >= 0.5}
+    checks = {c for c in names if c in funcs and reads_the_answer(funcs[c])}
+    out = [c for c in names if c in named or c not in checks]
+    return sorted((c for c in out if checks - {c} or c not in checks), key=lambda c: (-named.get(c, 0.0), c))
+
+
+def _remove_reward(files: Files, knobs: Knobs, ctx: dict) -> list[Intervention]:
+    src = files.get("rewards.py") or ""
+    names = component_names(src) or []
+    if len(names) < 2:
+        return []  # never the last component
+    out = []
+    for c in _components_in_order(src, knobs, ctx):
+        def edit(files: Files, knobs: Knobs, ctx: dict, c: str = c) -> Files | None:
+            return {"rewards.py": drop_component(files["rewards.py"], c),
+                    "harness.yaml": remove_yaml_entry(files["harness.yaml"], "reward_weights", c)}
+
+        out.append(_concrete(REMOVE_REWARD, f"remove_reward:{c}", f"rewards.{c}", edit,
+                             f"the reward component {c} is removed"))
+    return out
+
+
+def _lower_reward_weight(files: Files, knobs: Knobs, ctx: dict) -> list[Intervention]:
+    src = files.get("rewards.py") or ""
+    if len(component_names(src) or []) < 2:
+        return []  # a lone component's weight is a constant factor the advantage's scaling divides out
+    out = []
+    for c in _components_in_order(src, knobs, ctx):
+        weight = knobs.reward_weights.get(c, 1.0)
+        if weight <= 0:
+            continue
+        new = weight / REWARD_WEIGHT_STEP
+
+        def edit(files: Files, knobs: Knobs, ctx: dict, c: str = c, new: float = new) -> Files | None:
+            return {"harness.yaml": set_yaml_entry(files["harness.yaml"], "reward_weights", c, _fmt(new))}
+
+        out.append(_concrete(LOWER_REWARD_WEIGHT, f"lower_reward_weight:{c}", f"rewards.{c}", edit,
+                             f"the reward component {c} weighs {_fmt(new)} (from {_fmt(weight)})"))
+    return out
+
+
+def _concrete(template: Intervention, name: str, variable: str, edit, summary: str, **changes) -> Intervention:
+    """One move a template stands for."""
+    return replace(template, name=name, variable=variable, edit=edit, summary=summary, expand=None, **changes)
+
+
+REWARD_WEIGHT_STEP = 10 ** 0.5  # a reward weight steps down on the learning rate's log grid: half a decade
+
+REMOVE_REWARD = Intervention(
+    "remove_reward", 55, ("reward_disagreement", "policy_stalled", "length_growth", "train_eval_mismatch"),
+    "rewards.*", "reward_verified_auc", "up", False, "a reward component is removed",
+    "a component that pays what the verifier does not (or outweighs the one that checks the answer) trains the "
+    "policy toward it; without it the reward is nearer the verifier's", lambda files, knobs, ctx: None,
+    moves="remove", no_mirror="adding a component is shaping the evidence asks for (its own moves), or undo",
+    expand=_remove_reward)
+LOWER_REWARD_WEIGHT = Intervention(
+    "lower_reward_weight", 57, ("reward_disagreement", "length_growth"), "rewards.*", "reward_verified_auc", "up",
+    False, "a reward component weighs less", "a component that disagrees with the verifier then moves the "
+    "advantage less", lambda files, knobs, ctx: None, moves="down",
+    no_mirror="no failure mode asks for a component to weigh more; undo restores a promoted re-weight",
+    expand=_lower_reward_weight)
+
+
+# --- undo any promotion ------------------------------------------------------------------------------------------
+def _undo(files: Files, knobs: Knobs, ctx: dict) -> list[Intervention]:
+    """``undo:<branch>`` for every promotion not undone yet (latest first), from ``ctx["repo"]``,
+    ``ctx["base_sha"]`` and ``ctx["promotions"]`` (the Engineer's): the files as they would be on the base without
+    that merge, whatever came after it (``HarnessRepo.taken_out``); not for an undo itself, a promotion whose
+    effect was rolled back, or one git cannot take out."""
+    repo, base, promotions = ctx.get("repo"), ctx.get("base_sha"), ctx.get("promotions") or []
+    if repo is None or not base:
+        return []
+    undone = {p.candidate.intervention.removeprefix("undo:") for p in promotions
+              if p.candidate.intervention.startswith("undo:")}
+    out = []
+    for promo in reversed(promotions):
+        c = promo.candidate
+        if c.intervention.startswith("undo:") or promo.branch in undone or promo.reverted_sha:
+            continue
+        without = repo.taken_out(promo.main_sha, base)
+        if without is None:
+            continue
+        restored = {f: repo.read(without, f) for f in c.files}
+        edits = {f: t for f, t in restored.items() if t is not None and t != repo.read(base, f)}
+        if not edits:
+            continue
+
+        def edit(files: Files, knobs: Knobs, ctx: dict, edits: dict = edits) -> Files | None:
+            return dict(edits)
+
+        out.append(_concrete(
+            UNDO, f"undo:{promo.branch}", c.variable, edit, f"{c.variable} goes back to what it was before "
+            f"{promo.branch} ({c.intervention})", target_metric=c.target_metric,
+            direction="up" if c.direction == "down" else "down",
+            because=f"the edit {c.intervention} has not paid off, or is what hurt"))
+    return out
+
+
+UNDO = Intervention(
+    "undo", 1, ("edit_regression", "accuracy_regression", "policy_stalled"), "*", "verified_rate", "up", False,
+    "a promoted edit is undone", "the policy got worse, or stopped moving, on an edit the loop promoted",
+    lambda files, knobs, ctx: None, moves="undo", no_mirror="the undo of an undo is the promotion itself",
+    expand=_undo)
+
+
+# --- knob moves: one table row per harness.yaml knob ----------------------------------------------------------
+@dataclass(frozen=True)
+class Way:
+    """One way a knob moves, and why: the failure modes it answers, the metric it should move (and which way), and
+    the mechanism, a clause that follows "because"."""
+
+    answers: tuple[str, ...]
+    metric: str
+    direction: str
+    because: str
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One row of :data:`KNOBS`: how a harness.yaml knob moves.
+
+    Numeric (``up``/``down``): ``scale`` "log" multiplies by ``step`` (a ``jump`` by ``jump``), "add" adds it; a log
+    knob with an ``onset`` may be 0 (off): raising it from 0 goes to the onset, lowering it from the onset or below
+    turns it off. ``size`` may replace a direction's step with one sized from the evidence (same arguments as an
+    edit, returns the new value or None). Categorical (``values``): a move to each value a mechanism asks for.
+    ``names`` overrides a generated move name (by "up", "down" or the value); ``no_mirror`` is why a move of this
+    knob has no mirror, when one has none."""
+
+    key: str
+    priority: int
+    up: Way | None = None
+    down: Way | None = None
+    scale: str = "log"
+    step: float = 1.0
+    jump: float | None = None
+    onset: float | None = None
+    integer: bool = False
+    values: dict = field(default_factory=dict)
+    names: dict = field(default_factory=dict)
+    no_mirror: str = ""
+    size: dict = field(default_factory=dict)
+    summary: str = ""  # what the knob is, for a move's summary
+
+
+HALF_DECADE, DECADE_AND_HALF = 10 ** 0.5, 10 ** 1.5  # learning rates and norms are searched on a log grid
+OVERSTEP = ("accuracy_regression", "training_decline", "entropy_collapse")  # the step moves the policy too far
+
+
+def stepped(row: Knob, value, sign: int, factor: float):
+    """``value`` moved one ``factor`` up (sign +1) or down (-1) on the row's scale; None when it cannot move."""
+    if row.scale == "add":
+        new = round(value + sign * factor, 6)
+    elif value == 0:
+        if sign < 0 or row.onset is None or factor != row.step:
+            return None  # off: only a step turns it on, to its onset
+        new = row.onset
+    elif sign < 0 and row.onset is not None and value <= row.onset * (1 + 1e-9):
+        new = 0
+    else:
+        new = value * factor if sign > 0 else value / factor
+    if row.integer:
+        new = int(round(new))
+    return new
+
+
+def valid(knobs: Knobs, key: str, value) -> bool:
+    """Whether harness.yaml with ``key`` set to ``value`` passes the Knobs validator (its bounds and its rules)."""
+    try:
+        Knobs(**{**knobs.model_dump(), key: value})
+    except ValidationError:
+        return False
+    return True
+
+
+def _knob(key: str, compute: Callable[[Knobs], float | int | str | bool | None]):
+    """An edit setting ``key`` to ``compute(knobs)``; not applicable when that is None, the current value, or a value
+    the Knobs validator refuses."""
+
     def edit(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
         value = compute(knobs)
-        if value is None or value == getattr(knobs, key):
+        if value is None or value == getattr(knobs, key) or not valid(knobs, key, value):
             return None
-        text = value if isinstance(value, str) else _fmt(value)
+        text = str(value).lower() if isinstance(value, bool) else value if isinstance(value, str) else \
+            str(value) if isinstance(value, int) else _fmt(value)
         return {"harness.yaml": set_yaml_scalar(files["harness.yaml"], key, text)}
 
     return edit
 
 
-def cited(ctx: dict) -> dict[str, float]:
-    """The figures the diagnosis an edit answers cites (``ctx["diagnosis"]``), by evidence name; none without one."""
+def _numeric(row: Knob, sign: int, jump: bool) -> Intervention:
+    way = row.up if sign > 0 else row.down
+    word = "up" if sign > 0 else "down"
+    factor = row.jump if jump else row.step
+    answers = tuple(m for m in way.answers if m in STALLED | set(OVERSTEP)) if jump else way.answers
+    name = row.names.get(f"jump {word}" if jump else word) or (f"jump_{row.key}_{word}" if jump else
+                                                               f"{'raise' if sign > 0 else 'lower'}_{row.key}")
+    mirror = row.names.get(f"jump {'down' if sign > 0 else 'up'}" if jump else "down" if sign > 0 else "up") or (
+        f"jump_{row.key}_{'down' if sign > 0 else 'up'}" if jump else f"{'lower' if sign > 0 else 'raise'}_{row.key}")
+    how = (f"{'x' if sign > 0 else '/'}{factor:.3g}" if row.scale == "log" else f"{'+' if sign > 0 else '-'}{factor:g}")
+    sized = None if jump else row.size.get(word)
+
+    def edit(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+        if jump and not (_answers_diagnosis(answers, ctx) and (stalled_with_signal(ctx) or collapsed(ctx))):
+            return None  # a jump only where the evidence says the policy does not move, or collapsed
+        if sized is not None:
+            return _knob(row.key, lambda k: sized(files, k, ctx))(files, knobs, ctx)
+        return _knob(row.key, lambda k: stepped(row, getattr(k, row.key), sign, factor))(files, knobs, ctx)
+
+    return Intervention(
+        name, row.priority + (0 if jump else 2) + (0 if sign < 0 else 4), answers, f"harness.yaml:{row.key}",
+        way.metric, way.direction, True,
+        f"{row.summary or row.key} {'jumps' if jump else 'steps'} {word} ({how}"
+        f"{', sized from the evidence' if sized else ''})", way.because, edit,
+        moves=f"jump {word}" if jump else word, mirror=mirror)
+
+
+def _answers_diagnosis(answers: tuple[str, ...], ctx: dict) -> bool:
     d = ctx.get("diagnosis")
-    return {e.name: e.value for e in (d.evidence if d else [])}
+    return d is not None and d.failure_mode in answers
 
 
-COLLAPSE = 0.25  # a fall of this share of the best earlier dev accuracy, or more, is a collapse, not a regression
+def _categorical(row: Knob, value, way: Way) -> Intervention:
+    name = row.names.get(value) or f"{row.key}_to_{value}"
+    others = [v for v in row.values if v != value]
+    mirror = row.names.get(others[0]) or f"{row.key}_to_{others[0]}" if len(row.values) == 2 else ""
+    return Intervention(
+        name, row.priority + list(row.values).index(value), way.answers, f"harness.yaml:{row.key}", way.metric,
+        way.direction, True, f"{row.summary or row.key} becomes {str(value).lower()}", way.because,
+        _knob(row.key, lambda k: value), moves=f"to {str(value).lower()}", mirror=mirror,
+        no_mirror="" if mirror else row.no_mirror)
 
 
-def _tenfold_lower(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
-    """A tenfold lower learning rate, for a collapse: the diagnosis's dev accuracy drop is at least ``COLLAPSE`` of
-    the accuracy it fell from (a smaller regression gets halving, ``lower_learning_rate``); and for training that
-    makes the policy worse on an unchanged harness (``training_decline``) or grow certain without reward
-    (``entropy_collapse``), whose size says nothing about how far the step overshoots: halving and the tenfold move
-    are both tried, and the trial decides."""
-    d = ctx.get("diagnosis")
-    if d is not None and d.failure_mode in OVERSHOOT_MODES:
-        return _knob("learning_rate", lambda k: k.learning_rate / 10)(files, knobs, ctx)
-    seen = cited(ctx)
-    drop, before = seen.get("dev_accuracy_drop"), seen.get("dev_accuracy_before")
-    if drop is None or not before or drop < COLLAPSE * before:
-        return None
-    return _knob("learning_rate", lambda k: k.learning_rate / 10)(files, knobs, ctx)
+def knob_moves(rows: dict[str, Knob]) -> list[Intervention]:
+    """The moves :data:`KNOBS` defines: a step up and down for each numeric knob, a jump each way where it has a
+    jump factor, a move to each value a categorical knob's mechanisms ask for."""
+    out = []
+    for row in rows.values():
+        if row.values:
+            out += [_categorical(row, value, way) for value, way in row.values.items()]
+            continue
+        out += [_numeric(row, sign, False) for sign in (+1, -1)]
+        if row.jump:
+            out += [_numeric(row, sign, True) for sign in (+1, -1)]
+    return out
 
 
 MAX_BUDGET = 4096  # the most completion tokens the budget move asks for
 
 
-def _raise_budget(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
-    """A completion budget that fits the answers: the smallest power of two holding what 99% of the dev
-    evaluation's ended completions needed, now or for the starting policy, whichever is longer (``UNCUT_LENGTH``,
-    measured at the evaluator's own budget, which does not cut them), and at least double the current budget.
-    Doubling alone creeps: a budget of 2 doubled to 4 still cuts every five-token answer, and a trial of a budget
-    that still cuts shows little."""
+def _fits(ctx: dict) -> int:
+    """The smallest power of two holding what 99% of the dev evaluation's ended completions needed (``UNCUT_LENGTH``:
+    measured at the evaluator's own budget, which does not cut them), now or for the starting policy; 0 unknown."""
     uncut = cited(ctx).get(UNCUT_LENGTH, 0)
-    fits = 2 ** math.ceil(math.log2(uncut)) if uncut >= 1 else 0
-
-    def budget(k: Knobs) -> int | None:
-        raised = min(max(k.max_completion_length * 2, fits), MAX_BUDGET)
-        return raised if raised > k.max_completion_length else None  # never lowers a budget above MAX_BUDGET
-
-    return _knob("max_completion_length", budget)(files, knobs, ctx)
+    return 2 ** math.ceil(math.log2(uncut)) if uncut >= 1 else 0
 
 
-# Generic interventions. Priorities leave gaps of 10 so a domain's own interventions slot in between them
-# (math: partial_credit_reward 20, format_reward 40, numeric_answer_match 50).
+def _raise_budget(files: Files, knobs: Knobs, ctx: dict) -> int | None:
+    """A completion budget that fits the answers: ``_fits``, and at least double the current budget (doubling alone
+    creeps: a budget of 2 doubled to 4 still cuts every five-token answer, and a trial of a budget that still cuts
+    shows little); at most ``MAX_BUDGET``, never lowering one above it."""
+    raised = min(max(knobs.max_completion_length * 2, _fits(ctx)), MAX_BUDGET)
+    return raised if raised > knobs.max_completion_length else None
+
+
+def _lower_budget(files: Files, knobs: Knobs, ctx: dict) -> int | None:
+    """A budget that holds long completions back: twice what 99% of the ended completions need (``_fits``: room for
+    them, none for rambling), where the evidence says; else half the current one. Not below what they need."""
+    fits = _fits(ctx)
+    lowered = 2 * fits if fits else knobs.max_completion_length // 2
+    return lowered if 1 <= lowered < knobs.max_completion_length else None
+
+
+def _toward_eval_budget(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    """The training budget set to the evaluator's (``EVALUATOR_BUDGET``, cited by a train_eval_mismatch diagnosis):
+    training then rewards only what the evaluator can read."""
+    budget = cited(ctx).get(EVALUATOR_BUDGET)
+    return _knob("max_completion_length", lambda k: int(budget) if budget else None)(files, knobs, ctx)
+
+
+def _toward_one(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
+    """Temperature one step toward 1 (sampling the policy's own distribution), not past it."""
+    t, step = knobs.temperature, KNOBS["temperature"].step
+    return _knob("temperature", lambda k: None if t == 1 else round(min(t + step, 1.0) if t < 1 else
+                                                                      max(t - step, 1.0), 6))(files, knobs, ctx)
+
+
+_CATEGORICAL_BACK = ("categorical: the way back to the value it replaced is undo:<its promotion> (no failure mode's "
+                     "mechanism asks for {})")
+
+KNOBS: dict[str, Knob] = {row.key: row for row in [
+    Knob("learning_rate", 75, summary="the learning rate", step=HALF_DECADE, jump=DECADE_AND_HALF,
+         up=Way(("policy_stalled",), "verified_rate", "up", "the step is too small to change what the policy "
+                "answers: learning rates are searched on a log grid"),
+         down=Way(OVERSTEP, "verified_rate", "up", "the step overshoots: each update moves the policy further than "
+                  "its noisy advantage estimate justifies (learning rates are searched on a log grid)")),
+    Knob("temperature", 90, summary="the sampling temperature", scale="add", step=0.25,
+         up=Way(("dead_groups", "entropy_collapse", "policy_stalled"), "dead_group_ratio", "down",
+                "more diverse samples split more groups, so more of them carry advantage"),
+         down=Way(("format_failures",), "format_failure_rate", "down", "hot samples garble the answer's form, "
+                  "which the greedy evaluator never sees")),
+    Knob("group_size", 100, summary="the group size", step=2, integer=True,
+         up=Way(("dead_groups",), "dead_group_ratio", "down", "a larger group is more likely to hold both outcomes"),
+         down=Way((), "dead_group_ratio", "up", "a smaller group costs less generation (no failure mode asks for "
+                  "it: the mirror of raise_group_size)")),
+    Knob("max_completion_length", 80, summary="the completion budget", step=2, integer=True,
+         size={"up": _raise_budget, "down": _lower_budget},
+         up=Way(("correct_but_truncated", "truncation"), "truncation_rate", "down",
+                "completions are being cut before they end"),
+         down=Way(("length_growth",), "completion_tokens_mean", "down", "completions grow far past what an answer "
+                  "needs, and a budget with room only for that holds them back")),
+    Knob("loss_type", 110, summary="the loss",
+         values={"dr_grpo": Way(("length_growth",), "completion_tokens_mean", "down",
+                                "normalising by each completion's length penalises a long wrong completion less per "
+                                "token, which rewards rambling (Dr. GRPO drops it)"),
+                 "dapo": Way(("length_growth",), "completion_tokens_mean", "down",
+                             "a token-level loss weighs every token alike, so a long completion's tokens are not "
+                             "discounted by its length (DAPO)")},
+         no_mirror=_CATEGORICAL_BACK.format("per-sequence normalisation (grpo) or bnpo")),
+    Knob("beta", 130, summary="the KL coefficient", step=HALF_DECADE, jump=DECADE_AND_HALF, onset=0.04,
+         up=Way(OVERSTEP, "verified_rate", "up", "a KL term to the reference policy holds each update near what the "
+                "policy could do (onset 0.04, the GRPO paper's coefficient)"),
+         down=Way(("policy_stalled",), "verified_rate", "up", "the KL term holds the policy at the reference so it "
+                  "cannot move")),
+    Knob("max_grad_norm", 140, summary="the gradient clipping norm", step=HALF_DECADE, jump=DECADE_AND_HALF,
+         up=Way(("policy_stalled",), "verified_rate", "up", "a norm that clips every step shrinks the update"),
+         down=Way(("training_decline", "entropy_collapse"), "verified_rate", "up", "a tighter clip bounds how far "
+                  "one noisy batch moves the policy")),
+    Knob("updates_per_batch", 150, summary="the updates per generated batch", step=2, jump=4, integer=True,
+         up=Way(("policy_stalled",), "verified_rate", "up", "each generated batch then moves the policy more"),
+         down=Way(("training_decline", "entropy_collapse"), "verified_rate", "up", "reusing a batch for many "
+                  "updates moves the policy past what its advantages were measured on")),
+    Knob("warmup_steps", 160, summary="the learning-rate warm-up", step=HALF_DECADE, onset=10, integer=True,
+         up=Way(("training_decline", "entropy_collapse"), "verified_rate", "up", "the first updates, on optimizer "
+                "statistics not yet settled, overshoot at the full rate (onset 10 steps)"),
+         down=Way(("policy_stalled",), "verified_rate", "up", "a long warm-up keeps the rate near zero")),
+    Knob("lr_schedule", 170, summary="the learning-rate schedule",
+         values={"constant": Way(("policy_stalled",), "verified_rate", "up", "a decaying schedule has brought the "
+                                 "rate down to where the policy no longer moves"),
+                 "cosine": Way(("training_decline", "accuracy_regression"), "verified_rate", "up",
+                               "a rate that decays over the run overshoots less as the policy nears what it can do"),
+                 "linear": Way(("training_decline", "accuracy_regression"), "verified_rate", "up",
+                               "a rate that decays over the run overshoots less as the policy nears what it can do")},
+         no_mirror="categorical: each schedule is a move of its own, the way back to any of them"),
+    Knob("scale_rewards", 180, summary="the advantage scaling",
+         values={"group": Way(("policy_stalled",), "verified_rate", "up", "without per-group scaling, groups whose "
+                              "rewards differ little give advantages too small to move the policy"),
+                 "batch": Way(("training_decline", "entropy_collapse"), "verified_rate", "up",
+                              "per-group scaling blows a group where one rollout differs up to a unit advantage: "
+                              "large, noisy updates; the batch's scale keeps them in proportion")},
+         no_mirror=_CATEGORICAL_BACK.format("unscaled advantages (none)")),
+    Knob("epsilon", 190, summary="the lower clip", step=2 ** 0.5,
+         up=Way(("policy_stalled",), "verified_rate", "up", "a tight clip stops the policy ratio from moving"),
+         down=Way(("training_decline",), "verified_rate", "up", "a tighter clip bounds each reused batch's update")),
+    Knob("epsilon_high", 195, summary="the upper clip", step=2 ** 0.5,
+         up=Way(("entropy_collapse", "policy_stalled"), "verified_rate", "up", "a higher upper clip lets "
+                "low-probability tokens rise, which keeps the policy exploring (DAPO's clip-higher)"),
+         down=Way(("training_decline",), "verified_rate", "up", "a tighter clip bounds each reused batch's update")),
+    Knob("weight_decay", 200, summary="the weight decay", step=HALF_DECADE, onset=0.01,
+         up=Way((), "verified_rate", "up", "a decay pulls the weights toward zero (onset 0.01, AdamW's usual; no "
+                "failure mode asks for it: the mirror of lower_weight_decay)"),
+         down=Way(("training_decline", "accuracy_regression"), "verified_rate", "up", "a decay pulls the weights "
+                  "away from what the policy knew at every step, reward or not")),
+    Knob("oversample", 210, summary="the refill budget (oversample)", step=2, integer=True,
+         size={"up": lambda files, k, ctx: (k.oversample * 2 if not same_function(
+             files.get("filters.py") or "", "keep_group", KEEP_ALL["keep_group"]) else None)},
+         up=Way(("over_filtering", "diluted_batch"), "kept_fraction", "up", "generating more groups refills the "
+                "batch with those the filter keeps (only with a keep_group that drops groups)"),
+         down=Way((), "kept_fraction", "down", "fewer groups generated cost less (no failure mode asks for it: the "
+                  "mirror of raise_oversample)")),
+    Knob("mask_truncated_completions", 60, summary="masking of truncated completions",
+         values={True: Way(("truncation", "length_growth"), "trained_truncated_rate", "down",
+                           "a cut completion's reward says little about its tokens"),
+                 False: Way(("over_filtering", "correct_but_truncated"), "kept_fraction", "up",
+                            "masking drops every cut completion from the loss, right answers cut at the budget "
+                            "and all")},
+         names={True: "mask_truncated", False: "unmask_truncated"}),
+]}
+
+
+# Generic moves. Priorities leave gaps so a domain's own interventions slot in between them (math:
+# partial_credit_reward 20, format_reward 40, verifier_aligned_reward 45, numeric_answer_match 50).
 GENERIC: list[Intervention] = [
+    UNDO,
     Intervention(
         "drop_zero_variance_groups", 10, ("diluted_batch", "dead_groups"), "filters.keep_group",
         "kept_dead_ratio", "down", False, "groups whose rewards are all equal stop training",
-        "such groups carry zero advantage and only dilute the per-sequence loss", _drop_zero_variance),
+        "such groups carry zero advantage and only dilute the per-sequence loss", _drop_zero_variance,
+        moves="add", no_mirror="keep_all_groups is the way back to the neutral filter"),
     Intervention(
         "dynamic_sampling", 15, ("diluted_batch", "dead_groups"), "filters.keep_group", "kept_dead_ratio", "down",
-        True, "groups without reward spread stop training and each step samples twice the prompts to refill the "
-        "batch", "every trained slot then carries signal, where a dead group carries none (DAPO)", _dynamic_sampling),
+        True, "groups without reward spread stop training and each step samples more prompts to refill the batch",
+        "every trained slot then carries signal, where a dead group carries none (DAPO)", _dynamic_sampling,
+        moves="add", no_mirror="keep_all_groups is the way back (it turns the refill off with the filter)"),
     Intervention(
         "reweight_curriculum", 30, ("dead_groups",), "harness.yaml:curriculum_weights", "dead_group_ratio",
         "down", False, "levels are sampled in proportion to their share of groups with reward spread (a level "
-        "the phase never sampled gets weight 1.0)", "levels that are all solved or all failed give no GRPO signal, and "
-        "a level never sampled cannot be judged", _reweight_curriculum, cause=_withheld_levels),
+        "the phase never sampled weighs as much as the best sampled one)", "levels that are all solved or all "
+        "failed give no GRPO signal, and a level never sampled cannot be judged", _reweight_curriculum,
+        cause=_starved_levels, moves="by evidence", no_mirror="equal_curriculum_weights is the way back to neutral"),
     Intervention(
-        "mask_truncated", 60, ("truncation", "length_growth"), "harness.yaml:mask_truncated_completions",
-        "trained_truncated_rate", "down", False, "truncated completions are masked out of the loss",
-        "a cut completion's reward says little about its tokens", _mask_truncated),
+        "equal_curriculum_weights", 31, ("dead_groups", "train_eval_mismatch"),
+        "harness.yaml:curriculum_weights", "dead_group_ratio", "down", False, "every level weighs the same in "
+        "harness.yaml (the neutral curriculum)", "weights that starve levels leave the update the dead groups of "
+        "the levels they keep, and the evaluator scores every level alike", _equal_weights, cause=_starved_levels,
+        moves="neutral", no_mirror="unequal weights are what the evidence writes (reweight_curriculum); or undo"),
     Intervention(
         "overlong_penalty", 70, ("truncation", "length_growth"), "rewards.overlong", "truncated_advantage",
         "down", False, "a completion cut at the length budget is penalised",
         "the policy then gains by ending its answers", reward_component("overlong", 0.5, _OVERLONG,
-                                                                           "overlong_penalty")),
+                                                                           "overlong_penalty"),
+        moves="add", no_mirror="remove_reward:overlong is the way back"),
     Intervention(
-        "raise_max_completion_length", 80, ("correct_but_truncated", "truncation"),
-        "harness.yaml:max_completion_length", "truncation_rate", "down", True,
-        "the completion budget rises to fit what the policy writes when it is not cut (at least doubling)",
-        "completions are being cut before they end", _raise_budget),
+        "budget_toward_eval", 84, ("train_eval_mismatch",), "harness.yaml:max_completion_length",
+        "truncation_rate", "down", True, "the completion budget becomes the evaluator's",
+        "training rewards answers the evaluator's budget cuts, or cuts answers the evaluator reads",
+        _toward_eval_budget, moves="to the evaluator's",
+        no_mirror="a fixed point (the evaluator's budget); raise_ and lower_max_completion_length move away from it"),
     Intervention(
-        "raise_temperature", 90, ("dead_groups",), "harness.yaml:temperature", "dead_group_ratio", "down", True,
-        "sampling temperature rises by 0.3", "more diverse samples split more groups",
-        _knob("temperature", lambda k: round(min(k.temperature + 0.3, 1.6), 2) if k.temperature < 1.6 else None)),
-    Intervention(
-        "larger_groups", 100, ("dead_groups",), "harness.yaml:group_size", "dead_group_ratio", "down", True,
-        "the group size doubles", "a larger group is more likely to contain both outcomes",
-        _knob("group_size", lambda k: min(k.group_size * 2, 16) if k.group_size < 16 else None)),
-    Intervention(
-        "dr_grpo_loss", 110, ("length_growth",), "harness.yaml:loss_type", "completion_tokens_mean", "down", True,
-        "the loss switches to Dr. GRPO (no per-sequence length normalisation)",
-        "normalising by each completion's length penalises a long wrong completion less per token, which "
-        "rewards rambling", _knob("loss_type", lambda k: "dr_grpo" if k.loss_type == "grpo" else None)),
-    Intervention(
-        "lower_learning_rate", 120, ("accuracy_regression", "edit_regression", "training_decline", "entropy_collapse"),
-        "harness.yaml:learning_rate", "verified_rate", "up", True, "the learning rate halves",
-        "the last phase overshot", _knob("learning_rate", lambda k: k.learning_rate / 2)),
-    Intervention(
-        "learning_rate_tenfold_lower", 115, ("accuracy_regression", "training_decline", "entropy_collapse"),
-        "harness.yaml:learning_rate", "verified_rate", "up", True, "the learning rate drops tenfold",
-        f"a phase that lost a large share of dev accuracy (a collapse, {COLLAPSE:.0%} or more of the best earlier "
-        "accuracy), training that makes the policy worse on an unchanged harness, or a policy growing certain "
-        "without reward, may overshoot by far more than "
-        "a factor of two; halving would leave it unstable for another phase (learning rates are searched on a log "
-        "scale)", _tenfold_lower),
+        "temperature_toward_one", 94, ("train_eval_mismatch",), "harness.yaml:temperature", "verified_rate", "up",
+        True, "the sampling temperature steps toward 1 (the policy's own distribution)",
+        "samples far from the policy's own distribution train answers the evaluator never sees",
+        _toward_one, moves="toward 1",
+        no_mirror="a fixed point (the policy's own distribution); raise_ and lower_temperature move away from it"),
+    REMOVE_REWARD,
+    LOWER_REWARD_WEIGHT,
 ]
 
 
 # --- the public API ------------------------------------------------------------------------------------------
-def for_domain(domain: str) -> list[Intervention]:
-    """The generic interventions plus ``agents.domains.<domain>.INTERVENTIONS``, by priority.
-
-    A domain without an interventions module gets the generic ones only. Names must be unique across both.
-    """
-    if not domain.isidentifier():
-        raise ValueError(f"bad domain name {domain!r}")
+@functools.lru_cache(maxsize=None)
+def _merged(domain: str) -> tuple[Intervention, ...]:
     module_name = f"agents.domains.{domain}"
     try:
         own = list(importlib.import_module(module_name).INTERVENTIONS)
@@ -368,23 +979,40 @@ def for_domain(domain: str) -> list[Intervention]:
         if err.name != module_name:
             raise  # the module exists but one of its imports is missing: that is a bug, not "no interventions"
         own = []
-    clash = {i.name for i in own} & {i.name for i in GENERIC}
+    generic = GENERIC + knob_moves(KNOBS) + neutral_moves(domain)
+    clash = {i.name for i in own} & {i.name for i in generic}
     if clash:
         raise ValueError(f"{module_name} redefines generic interventions {sorted(clash)}")
-    return sorted(GENERIC + own, key=lambda i: i.priority)
+    names = [i.name for i in generic + own]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two moves share a name: {sorted({n for n in names if names.count(n) > 1})}")
+    return tuple(sorted(generic + own, key=lambda i: i.priority))
+
+
+def for_domain(domain: str) -> list[Intervention]:
+    """The generic moves, the knob table's, the domain's neutral forms and ``agents.domains.<domain>.INTERVENTIONS``,
+    by priority. A domain without an interventions module gets the generic ones only. Names must be unique."""
+    if not domain.isidentifier():
+        raise ValueError(f"bad domain name {domain!r}")
+    return list(_merged(domain))
 
 
 def repairs_by_mode(domain: str) -> dict[str, list[str]]:
-    """Each failure mode the playbook answers -> the interventions that answer it, in the playbook's order: the
-    names a diagnosis must carry for the built-in Engineer, the Critic's ranking and the resume rules to act on it
-    (an LLM Diagnostician is told them)."""
-    modes: dict[str, list[str]] = {}
+    """Each failure mode the playbook answers -> the moves that answer it, in the playbook's order (a template by
+    its name: ``undo``, ``remove_reward`` ...): the names a diagnosis must carry for the built-in Engineer, the
+    Critic's ranking and the resume rules to act on it (an LLM Diagnostician is told them)."""
+    modes_: dict[str, list[str]] = {}
     for i in for_domain(domain):
         for mode in i.answers:
-            modes.setdefault(mode, []).append(i.name)
-    return dict(sorted(modes.items()))
+            modes_.setdefault(mode, []).append(i.name)
+    return dict(sorted(modes_.items()))
 
 
 def find(domain: str, name: str) -> Intervention | None:
-    """The intervention called ``name`` among :func:`for_domain`'s, or None."""
+    """The move called ``name`` among :func:`for_domain`'s, or None (a template's moves by the template's name)."""
     return next((i for i in for_domain(domain) if i.name == name), None)
+
+
+def concrete(i: Intervention, files: Files, knobs: Knobs, ctx: dict) -> list[Intervention]:
+    """The moves ``i`` stands for on these files: itself, or a template's expansion."""
+    return i.expand(files, knobs, ctx) if i.expand else [i]

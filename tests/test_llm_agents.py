@@ -422,7 +422,7 @@ def test_stalled_engineer_changes_layer_else_subtracts(tmp_path, repo):
     every = ["filters", "rewards", "curriculum", "knobs", "prompt", "diagnostics"]
     (sub,) = HeuristicEngineer(max_candidates=1).propose(diagnoses, EngineerContext(
         base_sha=merged, escalation=stalled, avoid_layers=every, promotions=[promo], **ctx), {})
-    assert sub.intervention == f"subtract:{first.intervention}" and sub.files == first.files
+    assert sub.intervention == f"undo:{first.branch}" and sub.files == first.files
     for f in sub.files:  # the files as they were before the promotion
         assert repo.show_file(sub.sha, f) == repo.show_file(first.base_sha, f)
     from evotrainer.harness.edits import subtraction_problem  # the rule an LLM Engineer's subtraction is held to

@@ -3,7 +3,8 @@
 These know the math domain's answer format, so they live apart from the generic playbook (and apart from the
 evaluator's ``evotrainer/domains/math``, which never imports ``agents``). They are built from the generic
 :class:`agents.playbook.Intervention` and its text editors; ``agents.playbook`` (:func:`~agents.playbook.for_domain`)
-is the only importer, lazily. ``priority`` places each one in the Engineer's fallback order among the generic interventions.
+is the only importer, lazily. ``priority`` places each one in the Engineer's fallback order among the generic
+interventions.
 
 How the edited harness code reads an answer (it runs in the sandbox and cannot import this module, so the rule is
 written into the code it generates, from the two snippets below): the answer is the completion's first line,
@@ -22,8 +23,8 @@ from __future__ import annotations
 import ast
 
 from agents.diagnostician import CREDITS_WRONG, MISSES_RIGHT
-from agents.playbook import (Files, Intervention, cited, components_node, marker, replace_function,
-                             reward_component)
+from agents.playbook import (Files, Intervention, cited, component_functions, marker, reads_the_answer,
+                             replace_function, reward_component)
 from evotrainer.domains.math import _FINAL as FINAL
 from evotrainer.domains.math import _INT as BARE
 from evotrainer.harness.knobs import Knobs
@@ -71,24 +72,6 @@ def _verified_answer(func: str) -> str:
 '''
 
 
-def _component_functions(src: str) -> dict[str, ast.FunctionDef]:
-    """rewards.py's ``COMPONENTS``: component name -> the top-level function it names (entries that are not a plain
-    function name are left out)."""
-    tree = ast.parse(src)
-    defined = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-    node = components_node(tree)
-    if node is None or not isinstance(node.value, ast.Dict):
-        return {}
-    return {k.value: defined[v.id] for k, v in zip(node.value.keys, node.value.values)
-            if isinstance(k, ast.Constant) and isinstance(v, ast.Name) and v.id in defined}
-
-
-def _reads_the_answer(func: ast.FunctionDef) -> bool:
-    """Whether a component function reads the task's answer (a ``["answer"]`` subscript): it checks correctness."""
-    return any(isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value == "answer"
-               for n in ast.walk(func))
-
-
 def _verifier_aligned(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     """Rewrite the reward component that disagrees with the verifier to read the answer as the evaluator does, in
     place (its name, weight and registration stay, so the edit is one variable). Two directions, both from the
@@ -102,15 +85,12 @@ def _verifier_aligned(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     lenient = seen.get("rewarded_but_wrong", 0.0) > seen.get("correct_but_unrewarded", 0.0)
     prefix = CREDITS_WRONG if lenient else MISSES_RIGHT
     src = files["rewards.py"]
-    try:
-        funcs = _component_functions(src)
-    except SyntaxError:
-        return None
+    funcs = component_functions(src)
     culprits = sorted((value, name.removeprefix(prefix)) for name, value in seen.items()
                       if name.startswith(prefix) and value >= 0.5)
     for _, name in reversed(culprits):
         func = funcs.get(name)
-        if func is None or knobs.reward_weights.get(name, 0.0) <= 0 or not (lenient or _reads_the_answer(func)):
+        if func is None or knobs.reward_weights.get(name, 0.0) <= 0 or not (lenient or reads_the_answer(func)):
             continue
         if marker("verifier_aligned_reward") in ast.get_source_segment(src, func):
             continue  # already rewritten
