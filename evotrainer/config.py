@@ -189,7 +189,7 @@ class EvolutionConfig(_Section):
     max_candidates: int = Field(3, ge=1, description="most candidate edits the Engineer makes per round")
     max_engineer_rounds: int = Field(
         1, ge=1, description="Engineer rounds per phase when every candidate was rejected (each more round runs its "
-        "own trials, and each trial's level tightens: backtest.false_promotion_rate)"
+        "own race and confirmation, and each confirmation's level tightens: backtest.false_promotion_rate)"
     )
     max_evidence_rounds: int = Field(1, ge=0, description="times the Critic may send diagnoses back for evidence")
     counterfactual: bool = Field(
@@ -229,21 +229,34 @@ class BacktestConfig(_Section):
     time_budget_s: float = Field(120, gt=0, description="longest a candidate's replay may take")
     test_timeout_s: float = Field(60, gt=0, description="time limit of the harness self-tests")
     trial_steps: int = Field(
-        20, ge=0, description="generated batches each arm of the A/B trial trains from the current checkpoint "
-        "(main and the candidate, same seeds and tasks); 0 = no trials: the replay's targeted metric decides and "
-        "edits only a training run can judge (RL knobs) are not proposed"
+        20, ge=0, description="generated batches each arm of the race's confirmation trains from the current "
+        "checkpoint (main and the screen's survivor, same seeds and tasks); 0 = no trials: the replay's targeted "
+        "metric decides and edits only a training run can judge (RL knobs) are not proposed"
     )
-    trial_seeds: int = Field(2, ge=1, description="replicates of each trial arm (different seeds, paired by seed)")
-    max_trials: int = Field(
-        1, ge=1, description="most A/B trials an Engineer round runs. Candidates are judged in the Engineer's order; "
-        "one the replay checks reject (no effect, unsafe) costs no trial, and once the round's trials are spent the "
-        "rest are not judged (a not_judged event each). Fewer trials make a round cheaper and each trial's level "
-        "looser (backtest.false_promotion_rate)")
+    trial_seeds: int = Field(
+        2, ge=1, description="replicates of each arm of the confirmation (different seeds, paired by seed), at "
+        "replicate indices the screen did not use")
+    race_entrants: int = Field(
+        4, ge=1, description="most candidates of an Engineer round that race: those that pass the replay checks, in "
+        "the Engineer's order (the rest are not judged, a not_judged note each). Two or more are screened by "
+        "successive halving, then the survivor is confirmed; a single entrant goes straight to the confirmation. A "
+        "round costs, in generated batches, per rung of the screen (screen_steps x screen_seeds) x (survivors + 1 "
+        "for main), the survivors halving (rounded down) until one is left, then 2 x trial_seeds x trial_steps for "
+        "the confirmation: at the defaults 80 for one entrant (as one A/B trial), 30 + 80 for 2, 40 + 80 for 3, "
+        "50 + 30 + 80 for 4. The Engineer makes at most evolution.max_candidates a round, so this binds only above "
+        "it")
+    screen_steps: int = Field(
+        10, ge=1, description="generated batches each arm of the race's screen trains from the current checkpoint "
+        "(half a confirmation's arm at the defaults: the screen only ranks, on seeds the confirmation does not use)")
+    screen_seeds: int = Field(
+        1, ge=1, description="replicates each rung of the screen adds to every surviving entrant and to main "
+        "(main's arm per seed is trained once per phase and shared); survivors are ranked by their paired gain over "
+        "main pooled over every seed of the screen so far")
     false_promotion_rate: float = Field(
-        0.05, gt=0, lt=1, description="the most often a phase's trials, none of whose candidates can help, may "
-        "promote one: each trial's paired interval is at 1 - rate / (min(backtest.max_trials, "
-        "evolution.max_candidates) x evolution.max_engineer_rounds), the most trials a phase can run (0.05 and "
-        "1 x 1: 95%; 3 x 2: 99.2%)")
+        0.05, gt=0, lt=1, description="the most often a phase's evolution, none of whose candidates can help, may "
+        "promote one. Exactly one confirmation runs per Engineer round, on seeds the screen did not use, so the "
+        "screen's choice among entrants needs no share of the rate: each confirmation's paired interval is at 1 - "
+        "rate / evolution.max_engineer_rounds (0.05 and 1 round: 95%; 2 rounds: 97.5%)")
     probe_size: int = Field(
         2000, ge=20, description="dev tasks the trial's arms are scored on, paired per task (the same ones every "
         "trial; the whole dev split when it has fewer). 2000 (the whole default dev split) was chosen on "
@@ -339,6 +352,8 @@ def _allowed(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
 
 # keys a configuration may still carry from an earlier version, and why they went: said instead of "unknown key"
 REMOVED = {
+    "backtest.max_trials": "removed (issue 40): every candidate that passes the replay checks races "
+    "(backtest.race_entrants) and exactly one confirmation runs per round",
     "backtest.non_inferiority_margin": "removed (issue 40): a trial must show a gain (the paired interval's lower end "
     "above 0); non-inferiority for an edit that moved its own target promoted edits that cannot help, since every "
     "edit moves its own target by construction",

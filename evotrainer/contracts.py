@@ -159,7 +159,8 @@ class Check(_Model):
     detail: str = ""
 
 
-NOT_JUDGED = "not_judged"  # git notes ref of a candidate left unjudged (another passed first, or trials spent)
+NOT_JUDGED = "not_judged"  # git notes ref of a candidate left unjudged (another passed first, or the race was full)
+RACE = "race"  # git notes ref of a candidate that raced: its rung, its paired gains over main, and why it stopped
 
 
 class BacktestReport(_Model):

@@ -170,66 +170,6 @@ def test_a_pause_or_an_interrupt_is_not_a_verdict(replay_only: RunDir, exc: Base
         rt.close()
 
 
-class _Scripted:
-    """A Backtester agent with scripted verdicts (branch -> report), recording which candidates it judged."""
-
-    def __init__(self, reports: dict[str, BacktestReport]) -> None:
-        self.reports, self.judged = reports, []
-
-    def judge(self, candidate, bench):
-        self.judged.append(candidate.branch)
-        return self.reports[candidate.branch]
-
-
-def _report(cand: Candidate, *checks: tuple[str, bool]) -> BacktestReport:
-    from evotrainer.contracts import Check
-
-    failed = [name for name, ok in checks if not ok]
-    return BacktestReport(branch=cand.branch, candidate_sha=cand.sha, base_sha=cand.base_sha, target_metric="t",
-                          checks=[Check(name=n, passed=ok) for n, ok in checks], noise_floor=0.0,
-                          verdict="reject" if failed else "promote", reasons=failed, runtime_s=0.0, rollouts=0,
-                          sandbox="process")
-
-
-@pytest.mark.parametrize("max_trials", [1, 2])
-def test_a_round_runs_at_most_max_trials_trials(tmp_path: Path, max_trials: int) -> None:
-    """``backtest.max_trials`` bounds a round's A/B trials: a candidate the replay checks reject spends none; once
-    the trials are spent the rest are not judged (a note and event say why), and each trial's level counts trials,
-    not candidates."""
-    from evotrainer import config as C
-    from evotrainer.judge.checks import phase_level, trials_per_phase
-
-    rd = make_run(tmp_path / "run", [f"backtest.max_trials={max_trials}", "backtest.trial_steps=5"])
-    rt = runtime(rd, TrainerClient(f"http://127.0.0.1:{free_port()}"))
-    try:
-        cfg = rt.cfg
-        assert trials_per_phase(cfg.evolution, cfg.backtest) == max_trials * cfg.evolution.max_engineer_rounds
-        assert phase_level(cfg.evolution, cfg.backtest) == pytest.approx(1 - 0.05 / (max_trials * 2))
-        cands = [candidate(rt.repo, f"edit-{k}", {"rewards.py": NUMERIC_REWARDS + f"# {k}\n"}, "rewards.correct")
-                 for k in range(3)]
-        no_effect, lost, would_pass = cands
-        rt.agents.backtester = _Scripted({
-            no_effect.branch: _report(no_effect, ("replay", True), ("effect", False)),  # no trial spent
-            lost.branch: _report(lost, ("effect", True), ("trial:probe_accuracy", False)),
-            would_pass.branch: _report(would_pass, ("effect", True), ("trial:probe_accuracy", True))})
-        state, reports = run_step(rt, cands)
-    finally:
-        rt.close()
-    judged = [no_effect.branch, lost.branch] + ([would_pass.branch] if max_trials > 1 else [])
-    assert rt.agents.backtester.judged == judged and sorted(reports) == sorted(judged)
-    skipped = [json.loads(line) for line in rd.events_path.read_text().splitlines()]
-    skipped = [e for e in skipped if e["kind"] == "not_judged"]
-    if max_trials == 1:
-        assert [e["branch"] for e in skipped] == [would_pass.branch] and "max_trials" in skipped[0]["reason"]
-        assert rt.repo.note(would_pass.sha, "not_judged")["trials_spent"] == 1
-        assert backtest.route(2, state) == "engineer"  # nothing passed: the next Engineer round, with its own trials
-    else:
-        assert skipped == [] and backtest.route(2, state) == "promote"
-    # the level the loop and the A/A benchmark use: min(max_trials, max_candidates) x rounds
-    cfg = C.apply_overrides(C.parse({}), ["backtest.max_trials=9", "evolution.max_candidates=2"])
-    assert trials_per_phase(cfg.evolution, cfg.backtest) == 2 * cfg.evolution.max_engineer_rounds
-
-
 @pytest.mark.slow  # the trainer service, the tiny policy's warm-up and one trial arm: about a minute
 def test_a_knob_the_trainer_rejects_fails_the_trial_with_the_trainers_reason(tmp_path: Path, policy_cache) -> None:
     """``max_completion_length: 100`` passes harness.yaml's parse (1..32768) and every replay check (it changes
@@ -304,16 +244,21 @@ def test_the_trial_holds_only_the_candidates_own_attempts_against_it() -> None:
     assert trial_verdict(main, [_pilot([1] * 100, [inherited])], start=start).passed
 
 
-def test_a_trial_holds_the_false_promotion_rate_per_round_not_per_trial() -> None:
-    """With up to 6 trials a phase (3 candidates x 2 Engineer rounds), each must clear zero at 1 - 0.05 / 6: a gain
-    that clears 95% but not 99.2% is promoted alone and not in a round of six."""
+def test_a_confirmation_holds_the_false_promotion_rate_per_round_not_per_candidate() -> None:
+    """One confirmation per Engineer round decides, whatever raced: with 6 rounds a phase each must clear zero at
+    1 - 0.05 / 6 (99.2%), however many candidates and entrants a round has; a gain that clears 95% but not 99.2% is
+    promoted in a phase of one round and not in a phase of six."""
     from evotrainer import config as C
-    from evotrainer.judge.checks import phase_level, trial_verdict, trials_per_phase
+    from evotrainer.judge.checks import confirmations_per_phase, phase_level, trial_verdict
 
-    cfg = C.apply_overrides(C.parse({}), ["evolution.max_engineer_rounds=2", "backtest.max_trials=3"])
-    trials = trials_per_phase(cfg.evolution, cfg.backtest)
+    default = C.parse({})
+    assert confirmations_per_phase(default.evolution) == 1 and phase_level(default.evolution, default.backtest) == 0.95
+    cfg = C.apply_overrides(default, ["evolution.max_engineer_rounds=6", "evolution.max_candidates=8",
+                                      "backtest.race_entrants=8"])
     level = phase_level(cfg.evolution, cfg.backtest)
-    assert trials == 6 and level == pytest.approx(1 - 0.05 / 6)
+    assert confirmations_per_phase(cfg.evolution) == 6 and level == pytest.approx(1 - 0.05 / 6)
+    two = C.apply_overrides(default, ["evolution.max_engineer_rounds=2", "backtest.race_entrants=1"])
+    assert phase_level(two.evolution, two.backtest) == pytest.approx(0.975)
     main = [_pilot([1] * 100 + [0] * 200)]
     for gained, alone, in_round in ((15, True, False), (30, True, True), (10, False, False)):
         cand = [_pilot([1] * 95 + [0] * 5 + [1] * gained + [0] * (200 - gained))]  # 5 of main's tasks lost
@@ -360,17 +305,21 @@ MAIN = [1] * 1000 + [0] * 1000  # main's arm answers 1,000 of 2,000 probe tasks,
 
 
 class _Trainer:
-    """A trainer service whose pilots are scripted per harness sha (``probes``: sha -> the probe's scores, main's
-    by default) and whose start checkpoint answers as ``start``; it records what it was asked."""
+    """A trainer service whose pilots are scripted per harness sha (``probes``: sha -> the probe's scores, or a
+    function of the replicate and the steps giving them; main's by default; ``attempts``: sha -> what its code tried
+    while training) and whose start checkpoint answers as ``start``; it records what it was asked."""
 
-    def __init__(self, probes: dict[str, list[int]], start: list[int] = MAIN, completions: int = 10) -> None:
-        self.probes, self.start, self.completions = probes, start, completions
+    def __init__(self, probes: dict, start: list[int] = MAIN, completions: int = 10,
+                 attempts: dict[str, list[dict]] | None = None) -> None:
+        self.probes, self.start, self.completions, self.attempts = probes, start, completions, attempts or {}
         self.piloted: list[tuple[str, int, int]] = []  # (sha, replicate, steps)
         self.evaluated: list[tuple[str, str]] = []  # (split, checkpoint)
 
     def run_pilot(self, req, timeout_s):
         self.piloted.append((req.harness_sha, req.replicate, req.steps))
-        return _pilot(self.probes.get(req.harness_sha, MAIN), completions=self.completions)
+        probe = self.probes.get(req.harness_sha, MAIN)
+        probe = probe(req.replicate, req.steps) if callable(probe) else probe
+        return _pilot(probe, self.attempts.get(req.harness_sha, ()), completions=self.completions)
 
     def evaluate(self, req, timeout_s):
         from evotrainer.contracts import EvalResult
@@ -390,7 +339,7 @@ class _ScriptedTrials(backtest.Testbed):
         super().__init__(rt, 1, rt.repo.sha("main"), start_dev=EvalResult(accuracy=0.5, n=2000, answers=answers(start)))
         self.cand = list(cand) or [1] * 984 + [0] * 16 + [1] * 10 + [0] * 990
 
-    def _pilot(self, sha: str, replicate: int):
+    def _pilot(self, sha: str, replicate: int, steps: int | None = None):
         return _pilot(MAIN if sha == self.main_sha else self.cand)
 
 
@@ -518,3 +467,126 @@ def test_an_answer_fingerprint_changes_with_the_answer_not_with_what_follows_it(
     assert answer_fingerprint(math, ["40\nthen more"]) == same and answer_fingerprint(math, [" 40 "]) == same
     assert len({same, answer_fingerprint(math, ["41"]), answer_fingerprint(math, ["40."]),
                 answer_fingerprint(math, ["41."]), answer_fingerprint(math, ["40", "40"])}) == 5  # a slip is an answer
+
+
+def gained(k: int) -> list[int]:
+    """A probe k tasks above main's (below, for k < 0): k answers changed since the start, all one way."""
+    return [1] * (1000 + k) + [0] * (1000 - k)
+
+
+@pytest.fixture(scope="module")
+def racing(tmp_path_factory) -> RunDir:
+    """A run whose rounds race: confirmations of 5 batches x 2 seeds, a screen of 3 batches x 1 seed a rung."""
+    return make_run(tmp_path_factory.mktemp("race") / "run", ["backtest.trial_steps=5", "backtest.trial_seeds=2",
+                                                              "backtest.screen_steps=3", "backtest.screen_seeds=1"])
+
+
+def race_round(rd: RunDir, names: list[str], probes, attempts=None, overrides: list[str] = ()):
+    """The backtest step on a round of numeric-match candidates (each passes the replay checks) named ``names``,
+    against a scripted trainer (``probes(name)``: the candidate's probe, as for ``_Trainer``); phase 1's dev result
+    carries the start's answers (``MAIN``). (state, reports, candidates by name, trainer, events of the round)."""
+    from evotrainer import config as C
+    from evotrainer.contracts import EvalResult, PhaseResult
+
+    rt = runtime(rd, None)
+    rt.cfg = C.apply_overrides(rt.cfg, list(overrides))
+    before = len(rd.events_path.read_text().splitlines())
+    try:
+        cands = {n: candidate(rt.repo, n, {"rewards.py": NUMERIC_REWARDS + f"# {n}\n"}, "rewards.correct")
+                 for n in names}
+        rt.trainer = _Trainer({c.sha: probes(n) for n, c in cands.items()},
+                              attempts={cands[n].sha: a for n, a in (attempts or {}).items()})
+        dev = EvalResult(accuracy=0.5, n=2000, answers=answers(MAIN))
+        phase = PhaseResult(phase=1, harness_sha="a" * 40, steps=1, eval=dev, dev=dev, rollout_path="",
+                            checkpoint_path="", wall_time_s=1.0, tokens=1)
+        state = RunState(phase=1, engineer_round=1, results=[phase], candidates=list(cands.values()),
+                         round_branches=[c.branch for c in cands.values()])
+        state = state.model_copy(update=backtest.step(rt, state))
+    finally:
+        rt.close()
+    events = [json.loads(line) for line in rd.events_path.read_text().splitlines()[before:]]
+    return state, {r.branch: r for r in state.reports}, cands, rt.trainer, events
+
+
+def test_the_race_halves_the_field_and_confirms_the_survivor_on_seeds_the_screen_did_not_use(racing: RunDir):
+    """Four entrants: after rung 1 (replicate 0) the best two go on, after rung 2 (replicate 1, gains pooled over
+    both) the best one; it is confirmed at replicates 2 and 3, and promoted. Main's screen arms are shared, losers
+    keep their scores in a race note and a race:screen check, and the screen's completions are counted."""
+    screen = {"a": (10, 0), "b": (30, 0), "c": (20, 40), "d": (-10, 0)}  # gain at replicate 0 and 1 (3 batches)
+
+    def probes(name):
+        return lambda replicate, steps: gained(screen[name][replicate] if steps == 3 else 60)
+
+    state, reports, cands, trainer, events = race_round(racing, ["a", "b", "c", "d"], probes)
+    sha = {c.sha: n for n, c in cands.items()}
+    asked = [(sha.get(s, "main"), r, steps) for s, r, steps in trainer.piloted]
+    assert [a for a in asked if a[0] == "main"] == [("main", 0, 3), ("main", 1, 3), ("main", 2, 5), ("main", 3, 5)]
+    assert {n: [(r, st) for m, r, st in asked if m == n] for n in "abcd"} == {
+        "a": [(0, 3)], "d": [(0, 3)], "b": [(0, 3), (1, 3)], "c": [(0, 3), (1, 3), (2, 5), (3, 5)]}
+    assert trainer.evaluated == []  # the start's answers came from phase 1's dev result
+    assert [n for n in "abcd" if reports[cands[n].branch].verdict == "promote"] == ["c"]
+    assert backtest.route(2, state) == "promote"
+    notes = {n: HarnessRepo(racing.harness).note(cands[n].sha, "race") for n in "abcd"}
+    assert (notes["a"]["rung"], notes["a"]["gains"], notes["a"]["survivor"]) == (1, [0.005], False)
+    assert notes["a"]["stopped"].startswith("lost the race at rung 1: placed 3 of 4, and the best 2 went on: paired "
+                                            "gain +0.0050 over main at 1 seed(s) x 3 batches, the cut +0.0100")
+    assert (notes["b"]["rung"], notes["b"]["gains"]) == (2, [0.015, 0.0075])  # pooled: (30 + 0) / 2 tasks per 2000
+    assert notes["b"]["stopped"].startswith("lost the race at rung 2: placed 2 of 2")
+    assert notes["c"]["survivor"] and notes["c"]["stopped"] is None and notes["c"]["gains"] == [0.01, 0.015]
+    assert notes["c"]["confirmation"]["replicates"] == [2, 3] and notes["c"]["confirmation"]["passed"]
+    loser = next(c for c in reports[cands["d"].branch].checks if c.name == "race:screen")
+    assert not loser.passed and loser.candidate == pytest.approx(0.495) and loser.base == 0.5
+    assert backtest.not_worth_retrying(reports[cands["b"].branch]) is None  # lost to another candidate, not to main
+    won = next(c for c in reports[cands["c"].branch].checks if c.name == "race:screen")
+    assert won.passed and "confirmed at replicates 2 to 3, which the screen did not use" in won.detail
+    race = [e for e in events if e["kind"] == "race"]
+    assert len(race) == 1 and race[0]["survivor"] == cands["c"].branch and race[0]["screen_replicates"] == 2
+    assert [row["gains"] for row in race[0]["entrants"]] == [notes[n]["gains"] for n in "abcd"]
+    assert race[0]["completions"] == 10 * (2 + 1 + 2 + 2 + 1)  # main's two screen arms and the entrants' six
+    trial = [e for e in events if e["kind"] == "trial"]
+    assert [(t["branch"], t["replicates"], t["completions"]) for t in trial] == [(cands["c"].branch, [2, 3], 40)]
+    from evotrainer.bench.runner import JUDGING_EVENTS  # what the bench sums: every pilot counted once
+
+    assert sum(e["completions"] for e in events if e["kind"] in JUDGING_EVENTS) == 10 * len(trainer.piloted)
+
+
+def test_a_screen_winner_that_does_not_clear_superiority_is_not_promoted(racing: RunDir):
+    """The screen's winner (+1.5 points at its rung) loses its confirmation (-1.5 points at its first fresh seed:
+    stopped there): nothing is promoted, the round goes back to the Engineer, and the winner is remembered as a loss
+    on the merits, the screen's loser not. A third candidate that passed the replay finds the race full
+    (backtest.race_entrants=2): not judged, and its note says why."""
+    def probes(name):
+        return lambda replicate, steps: gained({"w": 30, "l": 0, "x": 80}[name] if steps == 3 else -30)
+
+    state, reports, cands, trainer, events = race_round(racing, ["w", "l", "x"], probes,
+                                                        overrides=["backtest.race_entrants=2"])
+    w, l, x = (cands[n] for n in "wlx")
+    assert sorted(reports) == sorted([w.branch, l.branch]) and all(r.verdict == "reject" for r in reports.values())
+    trial = next(c for c in reports[w.branch].checks if c.name == "trial:probe_accuracy")
+    assert not trial.passed and "stopped after 1 of 2 seeds: no gain on main (futility stop)" in trial.detail
+    assert next(c for c in reports[w.branch].checks if c.name == "race:screen").passed
+    assert backtest.route(2, state) == "engineer" and backtest.route(1, state) == "promote"
+    assert state.trial_lost == {w.base_sha: [w.intervention]}
+    assert HarnessRepo(racing.harness).note(x.sha, "not_judged")["race_entrants"] == 2
+    assert x.sha not in {s for s, _, _ in trainer.piloted}  # it trained nothing
+    assert [e["branch"] for e in events if e["kind"] == "not_judged"] == [x.branch]
+    race = next(e for e in events if e["kind"] == "race")
+    assert race["confirmation"]["replicates"] == [1, 2] and not race["confirmation"]["passed"]
+
+
+def test_a_single_entrant_skips_the_screen_and_one_that_misbehaves_in_it_leaves(racing: RunDir):
+    """A lone entrant goes straight to its confirmation at replicates 0 and 1. In a screen, an entrant whose code
+    tried a forbidden operation while it trained leaves at once, named, whatever its gain."""
+    state, reports, cands, trainer, events = race_round(racing, ["alone"], lambda name: gained(60))
+    assert [(r, steps) for _, r, steps in trainer.piloted] == [(0, 5), (0, 5), (1, 5), (1, 5)]  # main, then it
+    assert reports[cands["alone"].branch].verdict == "promote"
+    race = next(e for e in events if e["kind"] == "race")
+    assert race["screen_replicates"] == 0 and race["completions"] == 0 and race["entrants"][0]["rung"] == 0
+    assert not any(c.name == "race:screen" for c in reports[cands["alone"].branch].checks)
+
+    bad = {"kind": "network", "what": "connect 192.0.2.1:80", "where": "rewards.py:3", "op": "score"}
+    state, reports, cands, trainer, events = race_round(racing, ["sly", "plain"], lambda name: gained(
+        90 if name == "sly" else 40), attempts={"sly": [bad]})
+    sly = reports[cands["sly"].branch]
+    assert sly.verdict == "reject" and sly.reasons[0].startswith("trial:sandbox_attempts: network"), sly.reasons
+    assert reports[cands["plain"].branch].verdict == "promote"

@@ -40,40 +40,52 @@ Its runs train at the bench's own short budget (``BUDGET``, ``PHASES``), not the
 from __future__ import annotations
 
 import json
+import math
+import random
+import re
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
 from evotrainer import config as config_mod
-from evotrainer.bench.arms import CLEAN, FAULT_ARMS, check_seeds, expand_fault_arms, fault_run_dir
+from evotrainer.bench.arms import CLEAN, FAULT_ARMS, MATCHED, check_seeds, expand_fault_arms, fault_run_dir
 from evotrainer.bench.runner import arm_config, arm_table, interval_text, run_outcome, train_runs
 from evotrainer.bench.runner import summarize as arm_summary
 from evotrainer.console import Reporter
 from evotrainer.harness import faults as catalogue
+from evotrainer.harness import generated
 from evotrainer.metrics import paired_gain, pooled_gain
 from evotrainer.rundir import RunDir
 
 EVOLVING = ("evotrainer", "keep_discard")  # the arms that edit the faulty seed: recovery and repairs
 
 # The fault bench's own budget, under every --set: short runs (3 phases of 60 steps) judged as the default judged
-# before 2026-11-28 (two Engineer rounds of up to three trials, the counterfactual), the settings its table in
+# before 2026-11-28 (two Engineer rounds of up to three trials, the counterfactual; since issue 40 a round races
+# all its candidates that pass the replay), the settings its table in
 # docs/results.md was measured at. Its 42 runs then took about two hours on 2 cores; at the default budget (2 x 300
 # steps, 5-6 minutes a run) they would take about four. ``evotrainer demo`` runs at the same budget. --set overrides
 # any of it.
 PHASES = 3
-BUDGET = ("training.steps_per_phase=60", "evolution.max_engineer_rounds=2", "backtest.max_trials=3",
-          "evolution.counterfactual=true")
+BUDGET = ("training.steps_per_phase=60", "evolution.max_engineer_rounds=2", "evolution.counterfactual=true")
 
 
 def parse_faults(spec: str) -> list[str]:
-    """``--faults``: comma-separated catalogue names, or ``all``; ConfigError in one line for an unknown name."""
-    names = catalogue.names() if spec.strip() == "all" else list(dict.fromkeys(s.strip() for s in spec.split(",")
-                                                                                if s.strip()))
-    unknown = [n for n in names if n not in catalogue.names()]
+    """``--faults``: comma-separated catalogue names, ``all`` (the catalogue), ``generated:N[@SEED]`` (N generated
+    defects of suite seed SEED, default 0: ``evotrainer.harness.generated``) or a generated defect's name
+    (``gen-SEED-K``), mixed freely; ConfigError in one line for an unknown name."""
+    names: list[str] = []
+    for item in (s.strip() for s in spec.split(",")):
+        try:
+            drawn = generated.parse_spec(item) if item else None
+        except ValueError as err:
+            raise config_mod.ConfigError(f"--faults: {err}") from None
+        names += catalogue.names() if item == "all" else drawn if drawn is not None else [item] if item else []
+    names = list(dict.fromkeys(names))
+    unknown = [n for n in names if not catalogue.known(n)]
     if unknown or not names:
         raise config_mod.ConfigError(f"--faults: {f'unknown fault(s) {unknown}' if unknown else 'no fault given'} "
-                                     f"(known: {', '.join(catalogue.names())}, or all)")
+                                     f"(known: {', '.join(catalogue.names())}, or all, or {generated.SPEC}:N[@SEED])")
     return names
 
 
@@ -95,18 +107,34 @@ def plan(faults: list[str], arms: list[str], seeds: list[int]) -> dict[str, tupl
 
 def configs(runs: dict[str, tuple[str | None, str, int]], phases: int, tasks: dict | None,
             overrides: list[str]) -> dict[str, config_mod.Config]:
-    """Each planned run's config: the ordinary arm it trains as, with ``fault`` set on the faulty seed. The clean
-    seed's runs must stay clean: a ``fault`` or ``harness`` from --set or --tasks is refused (one line)."""
+    """Each planned run's config: the ordinary arm it trains as, with ``fault`` set on the faulty seed (and the arm's
+    own overrides: the reference seed's harness). The clean seeds' runs must stay clean: a ``fault`` or ``harness``
+    from --set or --tasks is refused (one line). A matched arm's config here is its static arm's; :func:`matched`
+    gives it its steps once the run it is matched to has finished."""
     out = {}
     for rel, (fault, arm, seed) in runs.items():
+        ordinary, _, own = FAULT_ARMS[arm]
         extra = [f"fault={fault}"] if fault else []
-        out[rel] = arm_config(FAULT_ARMS[arm][0], seed, phases, tasks, [*overrides, *extra],
-                           name=f"faults-{fault or CLEAN}-{arm}-seed{seed}")
-        if fault is None and (out[rel].fault or out[rel].harness):
+        out[rel] = arm_config(ordinary, seed, phases, tasks, [*overrides, *extra, *own],
+                              name=f"faults-{fault or CLEAN}-{arm}-seed{seed}")
+        expected = arm_config(ordinary, seed, phases, None, list(own)).harness
+        if fault is None and (out[rel].fault or out[rel].harness != expected):
             raise config_mod.ConfigError("--set/--tasks: a fault bench plants each defect in the domain's own seed "
                                          f"harness; leave fault and harness unset (got fault {out[rel].fault!r}, "
                                          f"harness {out[rel].harness!r})")
     return out
+
+
+def matched(cfg: config_mod.Config, arm: str, outcomes: dict[str, dict], phases: int) -> config_mod.Config:
+    """A matched arm's config: its static arm's (``cfg``), trained for as many generated completions as the evolving
+    arm it is matched to spent (``MATCHED``: phases and judging), at the static arm's completions per step, in more
+    steps per phase (rounded up). ``outcomes``: arm -> that seed's outcome (``runner.run_outcome``)."""
+    base, evolving = MATCHED[arm]
+    spent = sum(outcomes[evolving]["completions"].values())
+    per_step = outcomes[base]["completions"]["phases"] / (phases * cfg.training.steps_per_phase)
+    steps = max(cfg.training.steps_per_phase, math.ceil(spent / per_step / phases)) if per_step else \
+        cfg.training.steps_per_phase
+    return config_mod.apply_overrides(cfg, [f"training.steps_per_phase={steps}"])
 
 
 def run_fault_bench(out: Path, faults: list[str], arms: list[str], seeds: list[int], phases: int,
@@ -121,10 +149,16 @@ def run_fault_bench(out: Path, faults: list[str], arms: list[str], seeds: list[i
     t0 = time.time()
     runs = plan(faults, arms, seeds)
     cfgs = configs(runs, phases, tasks, [*BUDGET, *overrides])
-    planned = {out / rel: (f"{fault or CLEAN}: {arm}, seed {seed}", cfgs[rel]) for rel, (fault, arm, seed) in
-               runs.items()}
+    label = {rel: f"{fault or CLEAN}: {arm}, seed {seed}" for rel, (fault, arm, seed) in runs.items()}
     out.mkdir(parents=True, exist_ok=True)
-    outcomes = train_runs(planned, phases, reporter)
+    first = {out / rel: (label[rel], cfgs[rel]) for rel, (_, arm, _) in runs.items() if arm not in MATCHED}
+    outcomes = train_runs(first, phases, reporter)
+    later = {}  # the matched arms: after the runs whose completions they match
+    for rel, (fault, arm, seed) in runs.items():
+        if arm in MATCHED:
+            by_arm = {a: outcomes[out / fault_run_dir(fault, a, seed)] for a in MATCHED[arm]}
+            later[out / rel] = (label[rel], matched(cfgs[rel], arm, by_arm, phases))
+    outcomes.update(train_runs(later, phases, reporter) if later else {})
     summary = collect(out, faults, arms, seeds, phases, outcomes)
     summary.update(phases=phases, seeds=seeds, calibration=calibration, faults=faults, arm_order=arms,
                    wall_s=round(time.time() - t0, 1), tasks=tasks, overrides=[*BUDGET, *overrides])
@@ -221,22 +255,80 @@ def repair(rd: RunDir, fault: str, phases: int) -> dict[str, Any] | None:
     return {"commit": commit, "at_end": at_end, "end_ref": end}
 
 
+def promoted_moves(rd: RunDir, phases: int) -> list[dict[str, Any]]:
+    """The moves a run promoted into main within the bench's phases: ``{phase, branch, move}``, the move read from the
+    candidate's commit ("Intervention NAME from the ...", as the Engineer writes it; the variable when no name)."""
+    from evotrainer.harness.repo import HarnessRepo
+
+    if not rd.exists():
+        return []
+    repo, out = HarnessRepo(rd.harness), []
+    for e in rd.events.read("promoted"):
+        if e.get("phase", 0) >= phases:
+            continue
+        try:
+            message = repo.message(e.get("branch") or e["main_sha"])
+        except (ValueError, KeyError):
+            message = ""
+        named = re.search(r"Intervention (\S+) from the", message)
+        out.append({"phase": e.get("phase"), "branch": e.get("branch"),
+                    "move": named.group(1) if named else e.get("variable") or "?"})
+    return out
+
+
+# --- the register: which moves predate a family's first run (docs/fault-register.yaml) ---------------------------
+REGISTER = Path(__file__).resolve().parents[2] / "docs" / "fault-register.yaml"
+
+
+def register(path: Path = REGISTER) -> dict | None:
+    """The register of moves and families, or None when it is not there (an installed EvoTrainer)."""
+    return config_mod.read_yaml(path, str(path)) if path.is_file() else None
+
+
+def predates(reg: dict | None, move: str, family: str | None) -> bool | None:
+    """Whether ``move`` existed before ``family`` was first run, by the register's order: catalogue families ran
+    before the baseline's moves existed, the baseline's moves come next, then ``later`` in the order written. A move
+    not in the register is newer than every entry; a family not in it has not been run (every registered move
+    predates it). None when neither says (a move not registered and a family never run), or without a register."""
+    if reg is None or family is None:
+        return None
+    order: dict[tuple[str, str], int] = {("family", f): -1 for f in reg.get("before_baseline") or []}
+    order.update({("move", m): 0 for m in (reg.get("baseline") or {}).get("moves") or []})
+    for i, entry in enumerate(reg.get("later") or [], 1):
+        for kind in ("move", "family"):
+            if entry.get(kind):
+                order.setdefault((kind, entry[kind]), i)
+    key = move.split(":", 1)[0]
+    m, f = order.get(("move", key)), order.get(("family", family))
+    if m is None and f is None:
+        return None
+    return (m if m is not None else math.inf) < (f if f is not None else math.inf)
+
+
 def collect(out: Path, faults: list[str], arms: list[str], seeds: list[int], phases: int,
             outcomes: dict[Path, dict] | None = None) -> dict:
     """The fault bench's summary from its folder: each run's outcome (or the one ``train_runs`` returned), the
-    evotrainer runs' diagnoses and the evolving runs' repairs, then :func:`summarize`."""
+    evolving runs' diagnoses (the clean seeds' too: a mode they confirm says nothing of a defect), repairs and
+    promoted moves, then :func:`summarize`."""
     outcomes = outcomes or {}
     by: dict[str, dict[str, dict[int, dict]]] = {}
     found: dict[str, dict] = {}
+    reg = register()
     for rel, (fault, arm, seed) in plan(faults, arms, seeds).items():
         root = out / rel
         by.setdefault(fault or CLEAN, {}).setdefault(arm, {})[seed] = outcomes.get(root) or run_outcome(RunDir(root),
                                                                                                    phases)
         if fault is None:
+            if arm == "clean_evotrainer":
+                entry = found.setdefault(CLEAN, {"diagnosis": {}})
+                entry["diagnosis"][str(seed)] = diagnosis(RunDir(root).events.read("node_end"), [], phases)
             continue
-        entry = found.setdefault(fault, {"mechanism": catalogue.mechanism(fault), "diagnosis": {}, "repair": {}})
+        entry = found.setdefault(fault, {"mechanism": catalogue.mechanism(fault), "family": catalogue.family(fault),
+                                         "diagnosis": {}, "repair": {}, "moves": {}})
         if arm == "evotrainer":
             entry["diagnosis"][str(seed)] = diagnosis(RunDir(root).events.read("node_end"), entry["mechanism"], phases)
+            entry["moves"][str(seed)] = [{**m, "predates": predates(reg, m["move"], entry["family"])}
+                                         for m in promoted_moves(RunDir(root), phases)]
         if arm in EVOLVING:
             entry["repair"].setdefault(arm, {})[str(seed)] = repair(RunDir(root), fault, phases)
     return summarize(by, seeds, phases, found)
@@ -255,11 +347,64 @@ def recovery(gain: dict | None, gap: dict | None) -> tuple[float | None, str | N
     return gain["diff"] / gap["diff"], None
 
 
+def recovery_interval(static: dict[str, float], arm: dict[str, float], oracle: dict[str, float],
+                      resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A 95% interval of one seed's recovery, (arm - static) / (oracle - static), resampling the held-out items
+    (the same resample for both differences; a resample whose oracle - static is not above 0 has no ratio)."""
+    keys = sorted(static)
+    gain = [arm[k] - static[k] for k in keys]
+    gap = [oracle[k] - static[k] for k in keys]
+    rng, n, ratios = random.Random(seed), len(keys), []
+    for _ in range(resamples):
+        idx = [rng.randrange(n) for _ in range(n)]
+        den = sum(gap[i] for i in idx)
+        if den > 0:
+            ratios.append(sum(gain[i] for i in idx) / den)
+    ratios.sort()
+    if len(ratios) < 0.95 * resamples:  # the cost itself is not clear of 0 in too many resamples: no bound
+        return -math.inf, math.inf
+    return ratios[int(0.025 * resamples)], ratios[len(ratios) - 1 - int(0.025 * resamples)]
+
+
+MIN_COST = 0.03  # issue 40's bar for a defect-seed that counts toward the generated suite's target: 3 points
+
+
+def per_seed(arms: dict[str, dict[int, dict]], seeds: list[int]) -> dict[str, dict]:
+    """Per seed of one defect: oracle - static (``gap``), each evolving arm (and static_matched) minus static
+    (``gain``), the recovery with its interval (None and why when the gap is not clear of 0), and ``repaired``: the
+    evotrainer arm's gain clear of 0."""
+    out = {}
+    items = {a: {s: r["final"].items for s, r in by.items()} for a, by in arms.items()}
+    for s in seeds:
+        if "static" not in items or s not in items["static"]:
+            continue
+        st = items["static"][s]
+        row: dict[str, Any] = {"gain": {a: paired_gain([(st, items[a][s])]) for a in (*EVOLVING, "static_matched")
+                                        if s in items.get(a, {})}}
+        row["gap"] = paired_gain([(st, items["oracle"][s])]) if s in items.get("oracle", {}) else None
+        row["recovery"], row["note"] = {}, None
+        for arm in EVOLVING:
+            if arm in row["gain"]:
+                value, note = recovery(row["gain"][arm], row["gap"])
+                row["note"] = row["note"] or note
+                row["recovery"][arm] = None if value is None else {
+                    "value": value, **dict(zip(("low", "high"), recovery_interval(st, items[arm][s],
+                                                                                  items["oracle"][s])))}
+        row["cost"] = row["gap"] is not None and row["gap"]["low"] > 0
+        ev = row["gain"].get("evotrainer")
+        row["repaired"] = ev is not None and ev["low"] > 0
+        if "static_matched" in row["gain"] and "evotrainer" in items:  # equal compute: evotrainer - static_matched
+            row["vs_matched"] = paired_gain([(items["static_matched"][s], items["evotrainer"][s])])
+        out[str(s)] = row
+    return out
+
+
 def summarize(outcomes: dict[str, dict[str, dict[int, dict]]], seeds: list[int], phases: int,
               found: dict[str, dict] | None = None) -> dict:
-    """Per defect, pooled, and no harm. ``outcomes``: defect (or ``clean``) -> arm -> seed -> a run's outcome (as
-    ``runner.run_outcome`` gives it); ``found``: defect -> ``mechanism``, ``diagnosis`` per seed, ``repair`` per arm
-    and seed (as :func:`collect` reads them)."""
+    """Per defect, the counts over defect-seeds, the named-matrix, compute and no harm. ``outcomes``: defect (or
+    ``clean``) -> arm -> seed -> a run's outcome (as ``runner.run_outcome`` gives it); ``found``: defect (and
+    ``clean``) -> ``mechanism``, ``family``, ``diagnosis`` per seed, ``repair`` per arm and seed, ``moves`` per seed
+    (as :func:`collect` reads them)."""
     found = found or {}
     clean = outcomes.get(CLEAN, {})
     defects: dict[str, dict] = {}
@@ -276,37 +421,101 @@ def summarize(outcomes: dict[str, dict[str, dict[int, dict]]], seeds: list[int],
                 entry["recovery"][arm], note = recovery(entry["arms"][arm].get("vs_static"), gap)
                 notes += [note] if note and note not in notes else []
         entry["recovery_note"] = "; ".join(notes) or None
+        entry["per_seed"] = per_seed(both, seeds)
+        if "static_matched" in both and "evotrainer" in both:
+            entry["vs_matched"] = paired_gain([(both["static_matched"][s]["final"].items,
+                                                both["evotrainer"][s]["final"].items) for s in seeds])
         defects[fault] = entry
-    summary: dict[str, Any] = {"defects": defects, "pooled": pooled(outcomes, defects, seeds)}
+    summary: dict[str, Any] = {"defects": defects, "counts": counts(defects),
+                               "named": named_matrix(defects, found.get(CLEAN, {}).get("diagnosis", {})),
+                               "compute": compute(outcomes, seeds), "pooled": pooled(outcomes, defects, seeds)}
     if clean:
         summary["clean"] = {"arms": arm_summary({a: clean[a] for a in FAULT_ARMS if a in clean}, seeds, phases)["arms"]}
-    if "oracle" in clean and "clean_evotrainer" in clean:
-        pairs = {s: (clean["oracle"][s]["final"].items, clean["clean_evotrainer"][s]["final"].items) for s in seeds}
-        summary["no_harm"] = {"per_seed": {str(s): paired_gain([p]) for s, p in pairs.items()},
-                              "pooled": paired_gain(list(pairs.values()))}
+    harm = {}
+    for label, (base, arm) in {"clean": ("oracle", "clean_evotrainer"), "clean, compute-matched": (
+            "oracle_matched", "clean_evotrainer"), "math_reference": ("reference_oracle", "reference_evotrainer"),
+            "math_reference, compute-matched": ("reference_matched", "reference_evotrainer")}.items():
+        if base in clean and arm in clean:
+            pairs = {s: (clean[base][s]["final"].items, clean[arm][s]["final"].items) for s in seeds}
+            harm[label] = {"arms": [arm, base], "per_seed": {str(s): paired_gain([p]) for s, p in pairs.items()},
+                           "pooled": paired_gain(list(pairs.values()))}
+    if harm:
+        summary["no_harm"] = harm
     return summary
 
 
+def counts(defects: dict[str, dict]) -> dict[str, Any]:
+    """Over every defect-seed: how many cost something (oracle - static clear of 0), how many of those evotrainer
+    repaired (its gain clear of 0: k of n), the mean recovery over them with every failure in it, and the ones left
+    out with why; the same k of n over the defect-seeds costing at least ``MIN_COST``."""
+    out: dict[str, Any] = {"defect_seeds": 0, "left_out": []}
+    for arm in EVOLVING:
+        got, k, n, k3, n3 = [], 0, 0, 0, 0
+        for fault, e in defects.items():
+            for s, row in e.get("per_seed", {}).items():
+                if arm not in row["recovery"]:
+                    continue
+                if arm == "evotrainer":
+                    out["defect_seeds"] += 1
+                if not row["cost"] or row["recovery"][arm] is None:
+                    if arm == "evotrainer":
+                        out["left_out"].append(f"{fault} seed {s}: {row['note'] or 'no cost'}")
+                    continue
+                got.append(row["recovery"][arm]["value"])
+                repaired = row["gain"][arm]["low"] > 0
+                n, k = n + 1, k + repaired
+                if row["gap"]["diff"] >= MIN_COST:
+                    n3, k3 = n3 + 1, k3 + repaired
+        if n:
+            out[arm] = {"repaired": k, "of": n, "mean_recovery": sum(got) / n, "repaired_3pt": k3, "of_3pt": n3}
+    return out
+
+
+def named_matrix(defects: dict[str, dict], clean: dict[str, dict]) -> dict[str, Any]:
+    """Confirmed failure modes (rows) against each defect and the clean seed (columns): the number of seeds whose
+    evotrainer run confirmed the mode. Per defect: on how many seeds the first confirmed diagnosis was one of its
+    card's modes, and on how many seeds the clean seed (same seed) confirmed none of them (specificity)."""
+    columns = {**{f: e.get("diagnosis", {}) for f, e in defects.items()}, CLEAN: clean}
+    rows: dict[str, dict[str, int]] = {}
+    for col, per in columns.items():
+        for d in per.values():
+            for mode in dict.fromkeys(m for _, m in d["confirmed"]):
+                rows.setdefault(mode, {}).setdefault(col, 0)
+                rows[mode][col] += 1
+    first, specific = {}, {}
+    for f, e in defects.items():
+        card = set(e.get("mechanism") or [])
+        per = e.get("diagnosis", {})
+        first[f] = {"seeds": sum(bool(d["confirmed"]) and d["confirmed"][0][1] in card for d in per.values()),
+                    "of": len(per)}
+        if clean:
+            specific[f] = {"seeds": sum(not card & {m for _, m in clean[s]["confirmed"]} for s in per if s in clean),
+                           "of": sum(s in clean for s in per)}
+    return {"modes": rows, "columns": list(columns), "first": first, "specific": specific}
+
+
+def compute(outcomes: dict[str, dict[str, dict[int, dict]]], seeds: list[int]) -> dict[str, dict]:
+    """Generated completions (the phases' and judging's) per defect (and clean) and arm, summed over seeds."""
+    out: dict[str, dict] = {}
+    for where, arms in outcomes.items():
+        for arm, by in arms.items():
+            done = [by[s].get("completions", {}) for s in seeds if s in by]
+            out.setdefault(where, {})[arm] = {part: sum(d.get(part, 0) for d in done) for part in ("phases", "judging")}
+    return out
+
+
 def pooled(outcomes: dict[str, dict[str, dict[int, dict]]], defects: dict[str, dict], seeds: list[int]) -> dict:
-    """Over defects: each arm minus static (and evotrainer minus keep_discard) by ``metrics.pooled_gain``, the mean
-    recovery over the defects that have one, and how many defect-seeds a confirmed diagnosis named."""
+    """Over defects, below the counts and labelled as such: each arm minus static (and evotrainer minus keep_discard)
+    by ``metrics.pooled_gain`` (a bootstrap over a few defects: read the counts first)."""
     oracle = outcomes.get(CLEAN, {}).get("oracle")
     arms = {f: {**a, **({"oracle": oracle} if oracle else {})} for f, a in outcomes.items() if f != CLEAN}
     out: dict[str, Any] = {}
     for base, arm in (("static", "evotrainer"), ("static", "keep_discard"), ("static", "oracle"),
-                      ("keep_discard", "evotrainer")):
+                      ("keep_discard", "evotrainer"), ("static_matched", "evotrainer")):
         groups = {f: [(a[base][s]["final"].items, a[arm][s]["final"].items) for s in seeds]
                   for f, a in arms.items() if base in a and arm in a}
         if groups:
             out[arm if base == "static" else f"{arm}_vs_{base}"] = pooled_gain(groups)
-    for arm in EVOLVING:
-        got = [d["recovery"][arm] for d in defects.values() if d["recovery"].get(arm) is not None]
-        if got:
-            out.setdefault("mean_recovery", {})[arm] = {"mean": sum(got) / len(got), "defects": len(got)}
-    named = [[d["named"] for d in e.get("diagnosis", {}).values()] for e in defects.values()]
-    if any(named):
-        out["diagnosed"] = {"defect_seeds": sum(map(sum, named)), "of": sum(map(len, named)),
-                            "defects_on_every_seed": sum(bool(n) and all(n) for n in named), "defects": len(named)}
     return out
 
 

@@ -73,6 +73,12 @@ def check_same_settings(rd: RunDir, expected: config_mod.Config) -> None:
                                      "folder, or the --set/--tasks it was made with")
 
 
+# the events whose ``completions`` are a run's judging, each completion counted in exactly one of them: a race's screen
+# arms, a trial's arms (a race's confirmation, with the start's answers when they had to be generated) and a
+# counterfactual's
+JUDGING_EVENTS = ("race", "trial", "counterfactual")
+
+
 def run_outcome(rd: RunDir, phases: int) -> dict[str, Any]:
     """What one finished arm-seed run gives the bench: its held-out result after the bench's last phase (a run
     copied in or trained on to more phases is scored there too, so every arm is scored on the same budget), and
@@ -83,7 +89,7 @@ def run_outcome(rd: RunDir, phases: int) -> dict[str, Any]:
     wall = sum(e.get("wall_time_s", 0.0) for e in rd.events.read("run_done")) - setup
     training = sum(r.wall_time_s for r in results)
     baseline = rd.baseline()
-    judging = sum(e.get("completions", 0) for kind in ("trial", "counterfactual") for e in rd.events.read(kind)
+    judging = sum(e.get("completions", 0) for kind in JUDGING_EVENTS for e in rd.events.read(kind)
                   if e.get("phase", 0) <= phases)  # the bench's budget: a longer run's later judging is not counted
     return {"final": results[phases - 1].eval, "accuracy": [r.eval.accuracy for r in results[:phases]],
             "baseline": baseline.accuracy if baseline else None, "wall_s": wall, "training_s": training,

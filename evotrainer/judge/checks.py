@@ -188,7 +188,8 @@ def _metric_checks(base: dict, cand: dict, candidate: Candidate, bootstrap: int,
     cv = METRICS["verified_dropped"](c_rows)
     ok = cv <= bv + 1e-9
     checks.append(Check(name="verified_dropped", base=round(bv, 4), candidate=round(cv, 4), threshold=round(bv, 4),
-                        passed=ok, detail="" if ok else "verified-correct rollouts would stop training toward themselves (filtered, masked or outscored)"))
+                        passed=ok, detail="" if ok else "verified-correct rollouts would stop training toward "
+                        "themselves (filtered, masked or outscored)"))
     target = candidate.target_metric
     if target not in METRICS:
         checks.append(Check(name=f"target:{target}", passed=not decisive_target,
@@ -250,7 +251,7 @@ def effect_check(main: dict, cand: dict, candidate: Candidate) -> Check:
 
 TRIAL = "trial:probe_accuracy"  # the decision's check
 TRIAL_ATTEMPTS = "trial:sandbox_attempts"  # instead of the decision: the candidate's code misbehaved while it trained
-TRIAL_ANSWERS = "trial:answers_changed"  # instead of the decision: neither arm's answers moved, the trial measured nothing
+TRIAL_ANSWERS = "trial:answers_changed"  # instead of the decision: neither arm's answers moved, so it measured nothing
 
 # The least share of the probe's answers (per task and seed) that one arm of a trial must have changed since the
 # checkpoint both arms trained from for the trial to say anything (issue 40). Below it in both arms, the arms differ
@@ -321,42 +322,53 @@ def trial_check(main_runs: list, cand_runs: list, resamples: int = 2000, level: 
 
 
 def round_level(rate: float, trials: int) -> float:
-    """The level of each trial's interval so that a round of up to ``trials`` trials, none of whose candidates can
-    help, promotes one with probability at most ``rate`` (Bonferroni: any of the round's trials may pass, and the
-    round promotes the first that did)."""
+    """The level of each decision's interval so that ``trials`` decisions, none of whose candidates can help, promote
+    one with probability at most ``rate`` (Bonferroni: any of them may pass)."""
     return 1 - rate / max(1, trials)
 
 
-def trials_per_phase(evolution: EvolutionConfig, backtest: BacktestConfig) -> int:
-    """The most A/B trials one phase's evolution can run: per Engineer round, ``backtest.max_trials`` of its at most
-    ``evolution.max_candidates`` candidates (those the replay checks reject cost no trial and cannot promote).
-    The one count the trial's level (:func:`round_level`), the Backtester and the A/A benchmark all use."""
-    return min(backtest.max_trials, evolution.max_candidates) * evolution.max_engineer_rounds
+def confirmations_per_phase(evolution: EvolutionConfig) -> int:
+    """The most decisions one phase's evolution can make: one confirmation per Engineer round
+    (``evolution.max_engineer_rounds``), however many candidates raced. The screen's choice among a round's entrants
+    needs no share of the rate: the survivor is confirmed on seeds the screen did not use (both arms), so under the
+    null its confirmation passes no more often than any one trial would, the screen's winner's curse staying in the
+    screen. (Its probe tasks are the screen's: the decision is about the dev split's probe, as every trial's is.)
+    The one count the confirmation's level (:func:`round_level`), the Backtester and the A/A benchmark use."""
+    return evolution.max_engineer_rounds
 
 
 def phase_level(evolution: EvolutionConfig, backtest: BacktestConfig) -> float:
-    """Each trial's level at this configuration: ``backtest.false_promotion_rate`` over :func:`trials_per_phase`."""
-    return round_level(backtest.false_promotion_rate, trials_per_phase(evolution, backtest))
+    """Each confirmation's level at this configuration: ``backtest.false_promotion_rate`` over
+    :func:`confirmations_per_phase` (95% at the defaults, 97.5% with 2 Engineer rounds)."""
+    return round_level(backtest.false_promotion_rate, confirmations_per_phase(evolution))
 
 
 def _pct(level: float) -> str:
     return f"{level:.1%}".replace(".0%", "%")
 
 
-def trial_verdict(main_pilots: list, cand_pilots: list, level: float = 0.95, start: dict[str, str] | None = None
-                  ) -> Check:
-    """The trial's check from both arms' pilots (``PilotResult``): a candidate whose harness code tried a forbidden
-    operation while it trained, one main's own code did not make, is rejected for that, named (code may behave in
-    the replay and not in training); then a trial in which neither arm changed its answers since ``start`` (the
-    answers of the checkpoint both trained from) is uninformative (:func:`answers_check`), whatever its gain;
-    otherwise the paired A/B decision (``trial_check``), which also says how many answers each arm changed."""
+def new_attempts(main_pilots: list, cand_pilots: list) -> Check | None:
+    """The check that rejects a candidate whose harness code tried a forbidden operation while it trained in its arms
+    (``PilotResult.sandbox_attempts``), one main's own code did not make in its arms (named; code may behave in the
+    replay and not in training); None when it tried nothing new. The race's screen and its confirmation both ask."""
     def seen(pilots: list) -> dict[tuple, dict]:
         return {(a["kind"], a["what"], a.get("where", "")): a for p in pilots for a in p.sandbox_attempts}
 
     inherited = seen(main_pilots)
     new = [a for key, a in seen(cand_pilots).items() if key not in inherited]
-    if new:
-        return attempts_check(new, TRIAL_ATTEMPTS)
+    return attempts_check(new, TRIAL_ATTEMPTS) if new else None
+
+
+def trial_verdict(main_pilots: list, cand_pilots: list, level: float = 0.95, start: dict[str, str] | None = None
+                  ) -> Check:
+    """The trial's check from both arms' pilots (``PilotResult``): a candidate whose code tried a forbidden operation
+    while it trained is rejected for that (:func:`new_attempts`); then a trial in which neither arm changed its
+    answers since ``start`` (the answers of the checkpoint both trained from) is uninformative
+    (:func:`answers_check`), whatever its gain; otherwise the paired A/B decision (``trial_check``), which also says
+    how many answers each arm changed."""
+    attempts = new_attempts(main_pilots, cand_pilots)
+    if attempts is not None:
+        return attempts
     main, cand = [p.probe for p in main_pilots], [p.probe for p in cand_pilots]
     moved = answers_check(start, main, cand)
     decision = trial_check(main, cand, level=level)

@@ -1,8 +1,10 @@
 """Step 6: passing candidates merge into main (``--no-ff``, with trailers); the rest stay on their branches.
 
-:func:`choose` is the promotion policy, a pure function: passing reports in order of their margin (how far the
-targeted metric moved beyond its noise floor), at most ``max_promotions`` of them, never two that touch the same
-file (each edit reaches main alone, so its effect stays attributable). Held-back branches keep their reason in
+:func:`choose` is the promotion policy, a pure function: passing reports in order of their margin (a confirmation's
+gain over the gain it needed; with trials off, how far the targeted metric moved beyond its noise floor), at most
+``max_promotions`` of them, never two that touch the same file (each edit reaches main alone, so its effect stays
+attributable). A round passes at most one report (the race's confirmed survivor; with trials off, the first to
+pass), and the backtest step routes here as soon as one passed (``loop/backtest.py``). Held-back branches keep their reason in
 the state (``held``). Safe to re-run: an already-merged branch is not merged twice. With ``gates: [before_promote]``
 a person approves, revises (router ``route``: back to the Engineer) or aborts first (``gate.py``).
 """
