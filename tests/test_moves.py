@@ -18,8 +18,9 @@ import yaml
 
 from agents import modes
 from agents.diagnostician import UNCUT_LENGTH
-from agents.playbook import (EVALUATOR_BUDGET, KNOBS, UNDO, ZERO_ADVANTAGE, concrete, find, for_domain,
-                             repairs_by_mode, set_yaml_entry, set_yaml_scalar, stepped)
+from agents.knob_moves import KNOBS, stepped
+from agents.playbook import (EVALUATOR_BUDGET, UNDO, ZERO_ADVANTAGE, concrete, find, for_domain, repairs_by_mode,
+                             set_yaml_entry, set_yaml_scalar)
 from evotrainer.contracts import Diagnosis, MetricEvidence
 from evotrainer.domains import get_domain
 from evotrainer.domains.neutral import forms
@@ -110,6 +111,14 @@ def test_the_harness_readme_tables_every_knob_the_moves_move():
     from tests.test_harness_api import table
 
     assert {row["knob"] for row in table("Moves", "knob")} == set(KNOBS)
+
+
+def test_the_evidence_moves_size_from_is_what_the_diagnostician_cites():
+    """The names the moves read (the evaluator's budget, a stall's share of groups without spread, the length
+    completions end within) are names the built-in Diagnostician's rules write."""
+    source = (ROOT / "agents" / "diagnostician.py").read_text()
+    for name in (EVALUATOR_BUDGET, ZERO_ADVANTAGE):
+        assert f'"{name}"' in source, name
 
 
 def test_every_knob_has_moves_both_ways_and_every_knob_move_a_mirror_or_a_reason():
