@@ -39,7 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from evotrainer.config import BacktestConfig, EvolutionConfig, SandboxConfig
 from evotrainer.contracts import BacktestReport, Candidate, Check
@@ -376,6 +376,29 @@ def trial_verdict(main_pilots: list, cand_pilots: list, level: float = 0.95, sta
         gain = decision.detail.split(":")[0]  # what the decision would have said: for the reader only
         return moved.model_copy(update={"detail": f"{moved.detail} (the trial's {gain})"})
     return decision.model_copy(update={"detail": f"{decision.detail}; {moved.detail}"})
+
+
+def confirm(pair: Callable[[int], tuple], replicates: range, level: float = 0.95, start: dict[str, str] | None = None
+            ) -> tuple[Check, list, list]:
+    """The race's confirmation rule, seed by seed: ``pair(replicate)`` trains and returns (main's pilot, the
+    candidate's) at each of ``replicates`` (the loop's :class:`Testbed` and the A/A benchmark give theirs); the check
+    is :func:`trial_verdict`'s at ``level``. After each seed but the last, a candidate that misbehaved, whose trial is
+    uninformative so far, or that has not gained on main at all (its paired point estimate at most 0) stops there: a
+    futility stop, which can only turn a promotion into a rejection, so the level holds. (check, main's pilots, the
+    candidate's pilots)."""
+    main: list = []
+    cand: list = []
+    for replicate in replicates:
+        arms = pair(replicate)
+        main.append(arms[0])
+        cand.append(arms[1])
+        verdict = trial_verdict(main, cand, level, start)
+        if len(cand) < len(replicates) and (verdict.name != TRIAL or verdict.candidate <= verdict.base):
+            why = ": no gain on main (futility stop)" if verdict.name == TRIAL else ""
+            verdict = verdict.model_copy(update={"detail": f"{verdict.detail}; stopped after {len(cand)} of "
+                                                 f"{len(replicates)} seeds{why}"})
+            break
+    return verdict, main, cand
 
 
 def with_check(report: BacktestReport, check: Check) -> BacktestReport:

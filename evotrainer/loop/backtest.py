@@ -52,8 +52,7 @@ from dataclasses import dataclass, field
 from langgraph.errors import GraphBubbleUp
 
 from evotrainer.contracts import NOT_JUDGED, RACE, BacktestReport, Candidate, Check, EvalResult
-from evotrainer.judge.checks import (TRIAL, could_not_judge, judge, new_attempts, phase_level, trial_verdict,
-                                     with_check)
+from evotrainer.judge.checks import TRIAL, confirm, could_not_judge, judge, new_attempts, phase_level, with_check
 from evotrainer.loop.resume import trial_start
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
@@ -119,33 +118,28 @@ class Testbed:
 
     def trial(self, candidate: Candidate, first: int = 0) -> Check:
         """The confirmation: an A/B trial of ``candidate`` against main at replicates ``first`` onwards
-        (``backtest.trial_seeds`` of them), seed by seed; its check is ``judge.checks.trial_verdict``'s (attempts
-        made while training reject first, then a trial in which neither arm changed its answers since the start is
-        uninformative, else superiority at the phase's level).
+        (``backtest.trial_seeds`` of them), seed by seed, by ``judge.checks.confirm``'s rule (attempts made while
+        training reject first, then a trial in which neither arm changed its answers since the start is
+        uninformative, else superiority at the phase's level; a futility stop after a seed without gain).
 
-        After each seed but the last, a candidate that has not gained on main at all (its paired point estimate at
-        most 0), or whose trial is so far uninformative, stops there: a futility stop. It can only turn a promotion
-        into a rejection, so the round's false-promotion level holds, and it spares the further seeds of most
-        candidates that cannot help (an edit worth +3 dev points shows no gain at one seed of 2,000 probe tasks well
-        under 1% of the time). Main's seeds are trained when a candidate first needs them, once per phase."""
+        The futility stop can only turn a promotion into a rejection, so the round's false-promotion level holds, and
+        it spares the further seeds of most candidates that cannot help (an edit worth +3 dev points shows no gain at
+        one seed of 2,000 probe tasks well under 1% of the time). Main's seeds are trained when a candidate first
+        needs them, once per phase."""
         b = self.rt.cfg.backtest
-        level = phase_level(self.rt.cfg.evolution, b)
-        main: list[PilotResult] = []
-        cand: list[PilotResult] = []
+        spent = 0
+
+        def pair(replicate: int) -> tuple[PilotResult, PilotResult]:
+            nonlocal spent
+            arm, cost = self._main_arm(replicate, b.trial_steps)  # charged to the first trial that needs it
+            cand = self._pilot(candidate.sha, replicate)
+            spent += cost + cand.completions
+            return arm, cand
+
         try:
             start, spent = self.start_answers()
-            for replicate in range(first, first + b.trial_seeds):
-                arm, cost = self._main_arm(replicate, b.trial_steps)  # charged to the first trial that needs it
-                main.append(arm)
-                cand.append(self._pilot(candidate.sha, replicate))
-                spent += cost + cand[-1].completions
-                verdict = trial_verdict(main, cand, level, start)
-                stop = verdict.name != TRIAL or verdict.candidate <= verdict.base  # misbehaved, uninformative, futile
-                if stop and len(cand) < b.trial_seeds:
-                    why = ": no gain on main (futility stop)" if verdict.name == TRIAL else ""
-                    verdict = verdict.model_copy(update={"detail": f"{verdict.detail}; stopped after {len(cand)} of "
-                                                         f"{b.trial_seeds} seeds{why}"})
-                    break
+            verdict, main, cand = confirm(pair, range(first, first + b.trial_seeds),
+                                          phase_level(self.rt.cfg.evolution, b), start)
         except TrainerError as err:
             return Check(name=TRIAL, passed=False, detail=f"the trial failed in the trainer: {err}")
         self.rt.emit("trial", phase=self.phase, branch=candidate.branch, completions=spent,
