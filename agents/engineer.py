@@ -62,7 +62,8 @@ class HeuristicEngineer:
         out: list[Candidate] = []
         used = set(ctx.tried) | set(ctx.no_effect) | set(ctx.trial_lost)
         confirmed = sorted((d for d in diagnoses if d.status == "confirmed"), key=urgency)
-        queues = [(d, self._moves(d, ctx, files, skills.get(d.id, []), used)) for d in confirmed]
+        cache: dict = {}  # what moves compute once for every diagnosis (an undo's tree without its promotion)
+        queues = [(d, self._moves(d, ctx, files, skills.get(d.id, []), used, cache)) for d in confirmed]
         while queues and len(out) < self.max_candidates:  # round robin: each diagnosis's next move in turn
             for d, queue in list(queues):
                 if len(out) >= self.max_candidates:
@@ -76,7 +77,7 @@ class HeuristicEngineer:
                 out.append(self._commit(ctx, d, intervention, edits, skill_ids, len(ctx.tried) + len(out) + 1,
                                         declared_variable(intervention, files, edits)))
         if ctx.escalation and not out and confirmed:  # no other layer left: undo the latest promotion
-            seen = self._seen(ctx, confirmed[0])
+            seen = self._seen(ctx, confirmed[0], cache)
             undo = next((u for u in concrete(UNDO, files, ctx.knobs, seen) if u.name not in used), None)
             if undo is not None:
                 out.append(self._commit(ctx, confirmed[0], undo, undo.edit(files, ctx.knobs, seen), [],
@@ -84,17 +85,17 @@ class HeuristicEngineer:
         return out
 
     @staticmethod
-    def _seen(ctx: EngineerContext, d: Diagnosis) -> dict:
+    def _seen(ctx: EngineerContext, d: Diagnosis, cache: dict) -> dict:
         """What a move reads beside the files and knobs: the diagnosis it answers, the phase's levels, the domain's
-        levels, and what an undo needs (the repo, the base, the promotions)."""
+        levels, what an undo needs (the repo, the base, the promotions) and the round's shared cache."""
         return {"level_stats": ctx.level_stats, "diagnosis": d, "levels": get_domain(ctx.domain).levels,
-                "repo": ctx.repo, "base_sha": ctx.base_sha, "promotions": ctx.promotions}
+                "repo": ctx.repo, "base_sha": ctx.base_sha, "promotions": ctx.promotions, "cache": cache}
 
-    def _moves(self, d: Diagnosis, ctx: EngineerContext, files: dict[str, str], skills: list[Skill], used: set[str]
-               ) -> Iterator[tuple[Intervention, list[str], dict[str, str]]]:
+    def _moves(self, d: Diagnosis, ctx: EngineerContext, files: dict[str, str], skills: list[Skill], used: set[str],
+               cache: dict) -> Iterator[tuple[Intervention, list[str], dict[str, str]]]:
         """The moves that answer ``d`` and apply here, in order, each with its skills and edits (lazily: ``used``
         grows as other diagnoses take moves)."""
-        seen = self._seen(ctx, d)
+        seen = self._seen(ctx, d, cache)
         for template, skill_ids in self.ranked(d, skills, ctx.domain, (files, ctx.knobs, seen)):
             if template.needs_pilot and not ctx.pilot:
                 continue

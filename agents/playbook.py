@@ -615,11 +615,13 @@ def _undo(files: Files, knobs: Knobs, ctx: dict) -> list[Intervention]:
     undone = {p.candidate.intervention.removeprefix("undo:") for p in promotions
               if p.candidate.intervention.startswith("undo:")}
     out = []
+    cache = ctx.get("cache", {})  # the Engineer's, shared by its diagnoses: one worktree per promotion and base
     for promo in reversed(promotions):
         c = promo.candidate
         if c.intervention.startswith("undo:") or promo.branch in undone or promo.reverted_sha:
             continue
-        without = repo.taken_out(promo.main_sha, base)
+        key = ("taken_out", promo.main_sha, base)
+        without = cache[key] if key in cache else cache.setdefault(key, repo.taken_out(promo.main_sha, base))
         if without is None:
             continue
         restored = {f: repo.read(without, f) for f in c.files}

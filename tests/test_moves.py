@@ -424,3 +424,22 @@ def test_random_knob_values_step_and_stay_valid():
                 edits = move.edit(here, knobs, {"diagnosis": diagnosis((move.answers or (None,))[0], False)})
                 if edits:
                     parse_knobs(edits["harness.yaml"])
+
+
+def test_the_engineer_takes_turns_over_diagnoses_in_urgency_order(tmp_path):
+    """Round robin: the most urgent diagnosis's first move, the next diagnosis's first, then each one's second; a
+    move two diagnoses share is entered once."""
+    from agents.engineer import HeuristicEngineer
+    from agents.roles import EngineerContext
+
+    repo = HarnessRepo.create(tmp_path / "harness", "math")
+    collapse = diagnosis("entropy_collapse", False).model_copy(update={"id": "d1-2", "severity": 0.1})
+    dead = diagnosis("dead_groups", False).model_copy(update={"id": "d1-1"})
+    ctx = EngineerContext(phase=1, round=1, repo=repo, base_sha=repo.sha("main"), knobs=repo.knobs("main"),
+                          domain="math", pilot=True, level_stats=level_stats())
+    cands = HeuristicEngineer(max_candidates=5).propose([dead, collapse], ctx, {})
+    assert [(c.diagnosis_id, c.intervention) for c in cands] == [
+        ("d1-2", "jump_learning_rate_down"), ("d1-1", "drop_zero_variance_groups"),
+        ("d1-2", "lower_learning_rate"), ("d1-1", "dynamic_sampling"), ("d1-2", "raise_temperature")]
+    every = [c.intervention for c in HeuristicEngineer(max_candidates=40).propose([dead, collapse], ctx, {})]
+    assert len(every) == len(set(every)) and "raise_temperature" in every  # answers both: entered once
