@@ -48,7 +48,8 @@ class Knob:
     Numeric (``up``/``down``): ``scale`` "log" multiplies by ``step`` (a ``jump`` by ``jump``), "add" adds it; a log
     knob with an ``onset`` may be 0 (off): raising it from 0 goes to the onset, lowering it from the onset or below
     turns it off. ``size`` may replace a direction's step with one sized from the evidence (same arguments as an
-    edit, returns the new value or None). Categorical (``values``): a move to each value a mechanism asks for.
+    edit, returns the new value or None); ``requires`` may make a direction depend on the harness (same arguments,
+    True where it can act). Categorical (``values``): a move to each value a mechanism asks for.
     ``names`` overrides a generated move name (by "up", "down" or the value); ``no_mirror`` is why a move of this
     knob has no mirror, when one has none."""
 
@@ -65,6 +66,7 @@ class Knob:
     names: dict = field(default_factory=dict)
     no_mirror: str = ""
     size: dict = field(default_factory=dict)
+    requires: dict = field(default_factory=dict)
     summary: str = ""  # what the knob is, for a move's summary
 
 
@@ -124,10 +126,13 @@ def _numeric(row: Knob, sign: int, jump: bool) -> Intervention:
         f"jump_{row.key}_{'down' if sign > 0 else 'up'}" if jump else f"{'lower' if sign > 0 else 'raise'}_{row.key}")
     how = (f"{'x' if sign > 0 else '/'}{factor:.3g}" if row.scale == "log" else f"{'+' if sign > 0 else '-'}{factor:g}")
     sized = None if jump else row.size.get(word)
+    requires = row.requires.get(word)
 
     def edit(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
         if jump and not (_answers_diagnosis(answers, ctx) and (stalled_with_signal(ctx) or collapsed(ctx))):
             return None  # a jump only where the evidence says the policy does not move, or collapsed
+        if requires is not None and not requires(files, knobs, ctx):
+            return None
         if sized is not None:
             return _knob(row.key, lambda k: sized(files, k, ctx))(files, knobs, ctx)
         return _knob(row.key, lambda k: stepped(row, getattr(k, row.key), sign, factor))(files, knobs, ctx)
@@ -152,7 +157,8 @@ def _categorical(row: Knob, value, way: Way) -> Intervention:
     mirror = row.names.get(others[0]) or f"{row.key}_to_{others[0]}" if everything and len(others) == 1 else ""
     return Intervention(
         name, row.priority + list(row.values).index(value), way.answers, f"harness.yaml:{row.key}", way.metric,
-        way.direction, True, f"{row.summary or row.key} becomes {str(value).lower()}", way.because,
+        way.direction, True, f"{row.summary or row.key} turns {'on' if value else 'off'}" if isinstance(value, bool)
+        else f"{row.summary or row.key} becomes {value}", way.because,
         _knob(row.key, lambda k: value), moves=f"to {str(value).lower()}", mirror=mirror,
         no_mirror="" if mirror else row.no_mirror)
 
@@ -294,8 +300,8 @@ KNOBS: dict[str, Knob] = {row.key: row for row in [
          down=Way(("training_decline", "accuracy_regression"), "verified_rate", "up", "a decay pulls the weights "
                   "away from what the policy knew at every step, reward or not")),
     Knob("oversample", 210, summary="the refill budget (oversample)", step=2, integer=True,
-         size={"up": lambda files, k, ctx: (k.oversample * 2 if not same_function(
-             files.get("filters.py") or "", "keep_group", KEEP_ALL["keep_group"]) else None)},
+         requires={"up": lambda files, k, ctx: not same_function(files.get("filters.py") or "", "keep_group",
+                                                                 KEEP_ALL["keep_group"])},
          up=Way(("over_filtering", "diluted_batch"), "kept_fraction", "up", "generating more groups refills the "
                 "batch with those the filter keeps (only with a keep_group that drops groups)"),
          down=Way((), "kept_fraction", "down", "fewer groups generated cost less (no failure mode asks for it: the "

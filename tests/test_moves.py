@@ -443,3 +443,12 @@ def test_the_engineer_takes_turns_over_diagnoses_in_urgency_order(tmp_path):
         ("d1-2", "lower_learning_rate"), ("d1-1", "dynamic_sampling"), ("d1-2", "raise_temperature")]
     every = [c.intervention for c in HeuristicEngineer(max_candidates=40).propose([dead, collapse], ctx, {})]
     assert len(every) == len(set(every)) and "raise_temperature" in every  # answers both: entered once
+
+
+def test_oversampling_rises_only_where_a_filter_drops_groups():
+    """Without a keep_group that drops groups, a larger refill budget generates more and trains the same."""
+    seed, busy = seed_files(), busy_files()
+    move = find("math", "raise_oversample")
+    assert move.edit(seed, parse_knobs(seed["harness.yaml"]), {}) is None
+    edits = move.edit(busy, parse_knobs(busy["harness.yaml"]), {})
+    assert parse_knobs(edits["harness.yaml"]).oversample == 4
