@@ -554,8 +554,11 @@ def _remove_reward(files: Files, knobs: Knobs, ctx: dict) -> list[Intervention]:
     out = []
     for c in _components_in_order(src, knobs, ctx):
         def edit(files: Files, knobs: Knobs, ctx: dict, c: str = c) -> Files | None:
-            return {"rewards.py": drop_component(files["rewards.py"], c),
-                    "harness.yaml": remove_yaml_entry(files["harness.yaml"], "reward_weights", c)}
+            out = {"rewards.py": drop_component(files["rewards.py"], c)}
+            weights = remove_yaml_entry(files["harness.yaml"], "reward_weights", c)  # a weight left would name no
+            if weights != files["harness.yaml"]:  # component: harness.yaml fails (a weight not listed is 1.0)
+                out["harness.yaml"] = weights
+            return out
 
         out.append(_concrete(REMOVE_REWARD, f"remove_reward:{c}", f"rewards.{c}", edit,
                              f"the reward component {c} is removed"))

@@ -452,3 +452,11 @@ def test_oversampling_rises_only_where_a_filter_drops_groups():
     assert move.edit(seed, parse_knobs(seed["harness.yaml"]), {}) is None
     edits = move.edit(busy, parse_knobs(busy["harness.yaml"]), {})
     assert parse_knobs(edits["harness.yaml"]).oversample == 4
+
+
+def test_removing_a_component_without_a_listed_weight_leaves_harness_yaml_alone():
+    files = busy_files()
+    files["harness.yaml"] = files["harness.yaml"].replace("  well_formed: 0.2\n", "")
+    knobs = parse_knobs(files["harness.yaml"])
+    (move,) = concrete(find("math", "remove_reward"), files, knobs, {})
+    assert set(move.edit(files, knobs, {})) == {"rewards.py"}
