@@ -334,9 +334,13 @@ def report(run_dir: Path, out: Optional[Path] = typer.Option(None, help="where t
 def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one run directory per arm and seed)"),
           arms: Optional[str] = typer.Option(None, help="comma-separated arms (default: static,static_rerun,reference,"
                                              "keep_discard,evotrainer; with --faults: static,evotrainer,keep_discard,"
-                                             "oracle,clean_evotrainer)"),
+                                             "oracle,clean_evotrainer; opt-in: static_matched, oracle_matched "
+                                             "(equal compute), reference_oracle, reference_evotrainer, "
+                                             "reference_matched (the math_reference seed))"),
           faults: Optional[str] = typer.Option(None, help="the fault bench: comma-separated catalogue defects "
-                                               "(harness_repo/faults/) or all, each planted in the clean seed"),
+                                               "(harness_repo/faults/) or all, and generated:N[@SEED] (N defects "
+                                               "drawn across every harness layer from suite seed SEED, default 0; "
+                                               "one is gen-SEED-K), each planted in the clean seed"),
           reruns: int = typer.Option(1, help="static runs besides static (static_rerun, static_rerun2, ...) when "
                                      "static_rerun is an arm: more of them narrow the noise-counted interval"),
           seeds: Optional[str] = typer.Option(None, help="comma-separated seeds (default: the bench seeds 0,1,2; "
@@ -351,10 +355,11 @@ def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one
     static trained again with other training randomness (static_rerun: what no effect looks like). With --faults:
     does it repair a seed harness's defect (static, evotrainer, keep/discard on the faulty seed; oracle and
     evotrainer on the clean one)?"""
-    from evotrainer.bench.arms import FAULT_ARMS, parse_seeds
+    from evotrainer.bench.arms import DEFAULT_FAULT_ARMS, parse_seeds
     from evotrainer.bench.runner import load_tasks, run_bench
 
-    default = ",".join(FAULT_ARMS) if faults is not None else "static,static_rerun,reference,keep_discard,evotrainer"
+    default = ",".join(DEFAULT_FAULT_ARMS) if faults is not None else \
+        "static,static_rerun,reference,keep_discard,evotrainer"
     if phases is None:
         from evotrainer.bench.faults import PHASES
 

@@ -314,8 +314,9 @@ class Config(_Section):
         "(e.g. math_reference); empty = the domain's seed harness"
     )
     fault: str | None = Field(
-        None, description="a catalogue defect (harness_repo/faults/) planted in the seed harness at init: the run "
-        "starts from the faulty seed; none = the clean seed"
+        None, description="a catalogue defect (harness_repo/faults/) or a generated one (gen-SEED-K: "
+        "evotrainer/harness/generated.py) planted in the seed harness at init: the run starts from the faulty seed; "
+        "none = the clean seed"
     )
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="the task mix of the run")
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="the policy being trained")

@@ -22,11 +22,11 @@ import pytest
 
 from evotrainer import config as C
 from evotrainer.bench import faults as fb
-from evotrainer.bench.arms import FAULT_ARMS, arms_beside, expand_fault_arms
+from evotrainer.bench.arms import DEFAULT_FAULT_ARMS, arms_beside, expand_fault_arms
 from evotrainer.contracts import EvalResult, PhaseResult
 from evotrainer.rundir import RunDir
 
-ALL = list(FAULT_ARMS)
+ALL = list(DEFAULT_FAULT_ARMS)
 SMALL = ["training.train_pool_size=400", "training.eval_size=40"]
 
 
@@ -72,8 +72,9 @@ def test_unknown_faults_arms_and_calibration_seeds_are_refused_in_one_line_befor
         tmp_path: Path, cli_env):
     from tests.conftest import cli
 
-    for call, says in ((lambda: fb.parse_faults("truncation,nope"), r"--faults: unknown fault\(s\) \['nope'\] "
-                                                                       r"\(known: divergence, .*, or all\)"),
+    for call, says in ((lambda: fb.parse_faults("truncation,nope"),
+                        r"--faults: unknown fault\(s\) \['nope'\] \(known: divergence, .*, or all, or "
+                        r"generated:N\[@SEED\]\)"),
                        (lambda: fb.parse_faults(" , "), "--faults: no fault given"),
                        (lambda: expand_fault_arms(["static", "reference"]), r"unknown arm\(s\) \['reference'\] for "
                                                                             r"a fault bench \(allowed: static, "),
@@ -192,10 +193,19 @@ def test_the_summary_gives_recovery_an_exact_zero_for_an_arm_identical_to_static
     pooled = summary["pooled"]
     assert pooled["keep_discard"] == {"diff": 0.0, "low": 0.0, "high": 0.0, "groups": 2, "replicates": 4}
     assert pooled["evotrainer"]["diff"] == pytest.approx((20 / 200 + 10 / 200) / 2) and pooled["evotrainer"]["low"] > 0
-    assert pooled["mean_recovery"]["evotrainer"] == {"mean": pytest.approx(0.5), "defects": 1}
-    assert pooled["diagnosed"] == {"defect_seeds": 0, "of": 4, "defects_on_every_seed": 0, "defects": 2}
-    assert summary["no_harm"]["pooled"] == {"diff": 0.0, "low": 0.0, "high": 0.0, "n": 200}
-    assert set(summary["no_harm"]["per_seed"]) == {"0", "1"}
+    counts = summary["counts"]
+    assert counts["evotrainer"] == {"repaired": 2, "of": 2, "mean_recovery": pytest.approx(0.5), "repaired_3pt": 2,
+                                    "of_3pt": 2}
+    assert counts["keep_discard"]["repaired"] == 0 and counts["keep_discard"]["mean_recovery"] == 0.0
+    assert counts["defect_seeds"] == 4 and [x.split(":")[0] for x in counts["left_out"]] == ["divergence seed 0",
+                                                                                              "divergence seed 1"]
+    row = trunc["per_seed"]["0"]
+    assert row["recovery"]["evotrainer"]["value"] == pytest.approx(0.5) and row["repaired"] and row["cost"]
+    assert 0 < row["recovery"]["evotrainer"]["low"] <= 0.5 <= row["recovery"]["evotrainer"]["high"] < 1
+    assert summary["no_harm"]["clean"]["pooled"] == {"diff": 0.0, "low": 0.0, "high": 0.0, "n": 200}
+    assert set(summary["no_harm"]["clean"]["per_seed"]) == {"0", "1"}
+    assert summary["named"]["modes"] == {"dead_groups": {"truncation": 1}}
+    assert summary["named"]["first"]["truncation"] == {"seeds": 0, "of": 2}
 
     # with two phases the phase-2 confirmation counts, after phase 2
     for rel in ("clean/oracle", "clean/clean_evotrainer", "truncation/static", "truncation/keep_discard",
@@ -209,20 +219,20 @@ def test_the_summary_gives_recovery_an_exact_zero_for_an_arm_identical_to_static
     named = summary["defects"]["truncation"]["diagnosis"]["0"]
     assert named["named"] and named["phase"] == 2 and named["failure_mode"] == "correct_but_truncated"
     assert named["statement"] == "58% of correct answers cut"
-    assert summary["pooled"]["diagnosed"]["defect_seeds"] == 1
+    assert summary["named"]["first"]["truncation"] == {"seeds": 0, "of": 2}  # dead_groups came first, off the card
 
     table = fb.markdown(summary)
-    row = next(line for line in table.splitlines() if line.startswith("| truncation |"))
-    assert "| 50% |" in row and "seed 0: after phase 2 (correct_but_truncated); seed 1: no (nothing confirmed)" in row
-    assert "| 41.2%, +10.0% (" in row and "seed 0: no run" in row  # evotrainer: mean of 80/200 and 85/200
-    div_row = next(line for line in table.splitlines() if line.startswith("| divergence |"))
-    assert div_row.split(" | ")[5] == "-"  # no recovery where the defect costs nothing
-    pooled_row = next(line for line in table.splitlines() if line.startswith("| pooled"))
-    assert "mean 50% over 1 defect(s)" in pooled_row
-    assert "1 of 4 defect-seeds; 0 of 2 defects on every seed" in pooled_row
-    assert "| +0.0% (+0.0% to +0.0%) |" in pooled_row  # keep_discard, pooled: static exactly
-    assert "| no harm (clean seed): clean_evotrainer - oracle | - | +0.0% (+0.0% to +0.0%) |" in table
-    assert "## truncation" in table and "## clean seed (shared by every defect)" in table
+    row = next(line for line in table.splitlines() if line.startswith("| truncation (truncation) | 0 |"))
+    assert "| +20.0% (" in row and "| +10.0% (" in row and "| 50% (" in row and "| yes |" in row
+    assert "| dead_groups, correct_but_truncated | none |" in row
+    div_row = next(line for line in table.splitlines() if line.startswith("| divergence (optimisation) | 1 |"))
+    assert "| - (no cost) | yes |" in div_row  # no recovery where the defect costs nothing (a gain all the same)
+    assert "- evotrainer: repaired on **2 of 2** defect-seeds" in table and "mean recovery **50%** over" in table
+    assert "- left out of the means (2 of 4): divergence seed 0: oracle - static is +0.0%" in table
+    assert "| correct_but_truncated | **1** | 0 | 0 |" in table  # the named-matrix: truncation, divergence, clean
+    assert "- clean: clean_evotrainer - oracle +0.0% (+0.0% to +0.0%)" in table
+    assert "keep_discard - static +0.0% (+0.0% to +0.0%)" in table  # the pooled bootstrap, below, labelled
+    assert "## truncation" in table and "## clean seeds (shared by every defect)" in table
     assert "Seed 0: confirmed after phase 2, correct_but_truncated: 58% of correct answers cut" in table
     section = table[table.index("## truncation"):table.index("## divergence")]
     assert "| keep_discard | 31.2% |" in section and "| 400 + 0 |" in section  # the ordinary bench's arm table
@@ -341,3 +351,119 @@ def test_a_run_in_a_defect_s_folder_shows_that_defect_s_arms_and_the_oracle_on_o
     assert "oracle" in page and "+10.0% [" in page  # evotrainer minus static, in the defect's table
     assert list(bench_arms(RunDir(out / "clean" / "oracle-seed0"))["summary"]["arms"]) == ["oracle",
                                                                                          "clean_evotrainer"]
+
+
+# --- the honest table: every defect-seed counted, the clean seed beside each defect ----------------------------------
+def _outcome(correct: set[int]) -> dict:
+    return {"final": _final(correct), "accuracy": [len(correct) / 200], "baseline": None, "wall_s": 10.0,
+            "training_s": 8.0, "completions": {"phases": 100, "judging": 0}}
+
+
+def _found(confirmed: dict[int, list], mechanism: list[str] | None = None) -> dict:
+    return {"mechanism": mechanism or [], "family": "x", "diagnosis": {
+        str(s): {"named": False, "phase": None, "failure_mode": None, "statement": None, "confirmed": c}
+        for s, c in confirmed.items()}}
+
+
+def test_a_failed_defect_seed_stays_in_the_mean_and_the_clean_seed_s_modes_are_no_evidence():
+    """Defect a costs 40 items on each of three seeds: evotrainer wins back all of it on seed 0, nothing on seed 1
+    and loses 10 more on seed 2, so the mean recovery is (1 + 0 - 0.25) / 3, repaired on 1 of 3. Defect b costs
+    nothing: its three defect-seeds are left out, and said. The clean seed confirms dead_groups on seeds 0 and 1."""
+    base, gap = set(range(60)), set(range(100, 140))
+    outcomes = {"clean": {"oracle": {s: _outcome(base | gap) for s in (0, 1, 2)}},
+                "a": {"static": {s: _outcome(base) for s in (0, 1, 2)},
+                      "evotrainer": {0: _outcome(base | gap), 1: _outcome(base), 2: _outcome(set(range(10, 60)))}},
+                "b": {"static": {s: _outcome(base | gap) for s in (0, 1, 2)},
+                      "evotrainer": {s: _outcome(base | gap) for s in (0, 1, 2)}}}
+    found = {"a": _found({0: [[1, "dead_groups"], [1, "truncation"]], 1: [[1, "truncation"]],
+                          2: [[1, "length_growth"], [2, "dead_groups"]]}, ["dead_groups", "truncation"]),
+             "b": _found({0: [], 1: [], 2: []}, ["policy_stalled"]),
+             "clean": _found({0: [[1, "dead_groups"]], 1: [[2, "dead_groups"]], 2: []})}
+    summary = fb.summarize(outcomes, [0, 1, 2], 1, found)
+    counts = summary["counts"]["evotrainer"]
+    assert (counts["repaired"], counts["of"]) == (1, 3)
+    assert counts["mean_recovery"] == pytest.approx((1 + 0 - 10 / 40) / 3)  # the failures are in it
+    assert summary["counts"]["defect_seeds"] == 6 and len(summary["counts"]["left_out"]) == 3
+    assert all(x.startswith("b seed") and "costs nothing" in x for x in summary["counts"]["left_out"])
+    a = summary["defects"]["a"]["per_seed"]
+    assert a["2"]["recovery"]["evotrainer"]["value"] == pytest.approx(-0.25) and not a["2"]["repaired"]
+    assert summary["defects"]["b"]["per_seed"]["0"]["recovery"]["evotrainer"] is None
+    named = summary["named"]
+    assert named["modes"] == {"dead_groups": {"a": 2, "clean": 2}, "truncation": {"a": 2}, "length_growth": {"a": 1}}
+    assert named["columns"] == ["a", "b", "clean"]
+    assert named["first"]["a"] == {"seeds": 2, "of": 3}  # seed 2 confirmed length_growth first
+    assert named["specific"]["a"] == {"seeds": 1, "of": 3}  # on seeds 0 and 1 the clean seed confirms dead_groups
+    assert named["specific"]["b"] == {"seeds": 3, "of": 3}
+    table = fb.markdown({**summary, "seeds": [0, 1, 2], "phases": 1})
+    assert "| dead_groups | **2** | 0 | 2 |" in table and "repaired on **1 of 3**" in table
+    assert "mean recovery **25%** over those 3, failures counted" in table
+
+
+def test_a_generated_suite_parses_and_plans_its_runs_without_training():
+    names = fb.parse_faults("generated:3")
+    assert names == ["gen-0-0", "gen-0-1", "gen-0-2"] and fb.parse_faults("generated:2@5") == ["gen-5-0", "gen-5-1"]
+    assert fb.parse_faults("truncation,generated:2@5,gen-5-1") == ["truncation", "gen-5-0", "gen-5-1"]
+    runs = fb.plan(names, ALL, [0])
+    assert {rel for rel, (f, _, _) in runs.items() if f == "gen-0-1"} == {
+        f"gen-0-1/{a}-seed0" for a in ("static", "evotrainer", "keep_discard")}
+    cfgs = fb.configs(runs, 3, None, SMALL)
+    assert cfgs["gen-0-2/static-seed0"].fault == "gen-0-2" and cfgs["clean/oracle-seed0"].fault is None
+    for bad, says in (("generated:0", "draw at least one defect"), ("gen-0", "unknown fault"),
+                      ("generated:x", "unknown fault")):
+        with pytest.raises(C.ConfigError, match=says):
+            fb.parse_faults(bad)
+
+
+def test_the_reference_seed_arms_train_math_reference_and_matched_arms_need_their_pair():
+    runs = fb.plan(["truncation"], expand_fault_arms(["static", "evotrainer", "static_matched", "oracle",
+                                                      "reference_oracle", "reference_evotrainer"]), [0])
+    cfgs = fb.configs(runs, 3, None, SMALL)
+    assert (cfgs["clean/reference_evotrainer-seed0"].harness, cfgs["clean/reference_evotrainer-seed0"].evolution.mode
+            ) == ("math_reference", "evolve")
+    assert cfgs["clean/reference_oracle-seed0"].harness == "math_reference"
+    assert cfgs["clean/oracle-seed0"].harness is None
+    assert cfgs["truncation/static_matched-seed0"].evolution.mode == "static"
+    with pytest.raises(C.ConfigError, match=r"static_matched is matched to evotrainer's completions .* add evotrainer"):
+        expand_fault_arms(["static", "static_matched"])
+
+
+def test_a_matched_arm_trains_after_its_pair_for_as_many_completions_as_the_loop_spent(tmp_path: Path, monkeypatch):
+    """The evotrainer run spends its phases' 100 completions and 50 more judging: static_matched trains the faulty
+    seed at static's 100 completions per 60 steps for 150, 90 steps, after both have finished."""
+    import evotrainer.run
+    from evotrainer.console import Reporter
+
+    trained = []
+
+    def train(root, phases, reporter):
+        rel = Path(root).relative_to(tmp_path / "b").as_posix()
+        trained.append(rel)
+        _write_results(Path(root), [_final(set(range(40 + 20 * ("evotrainer" in rel))))] * phases)
+        if "evotrainer" in rel:
+            _events(Path(root), [{"kind": "trial", "phase": 1, "completions": 30},
+                                 {"kind": "race", "phase": 1, "completions": 20}])
+        RunDir(root).set_status("done", phase=phases)
+
+    monkeypatch.setattr(evotrainer.run, "run", train)
+    summary = fb.run_fault_bench(tmp_path / "b", ["truncation"], ["static", "evotrainer", "static_matched", "oracle"],
+                                 [0], 1, overrides=SMALL, reporter=Reporter(quiet=True))
+    assert trained[-1] == "truncation/static_matched-seed0" and len(trained) == 4
+    cfg = RunDir(tmp_path / "b" / "truncation" / "static_matched-seed0").load_config()
+    assert cfg.training.steps_per_phase == 90 and cfg.fault == "truncation" and cfg.evolution.mode == "static"
+    assert summary["compute"]["truncation"]["evotrainer"] == {"phases": 100, "judging": 50}
+    assert summary["defects"]["truncation"]["vs_matched"]["diff"] == pytest.approx(0.1)
+    assert "At equal compute (evotrainer - static_matched, paired per item and seed): truncation +10.0%" in (
+        tmp_path / "b" / "faults.md").read_text()
+
+
+def test_a_promoted_move_predates_a_family_by_the_register_s_order():
+    reg = {"before_baseline": ["reward"], "baseline": {"moves": ["old_move"]},
+           "later": [{"move": "new_move"}, {"family": "lr_low"}, {"move": "newer_move"}]}
+    assert fb.predates(reg, "old_move", "lr_low") and fb.predates(reg, "new_move", "lr_low")
+    assert fb.predates(reg, "newer_move", "lr_low") is False and fb.predates(reg, "old_move", "reward") is False
+    assert fb.predates(reg, "unlisted", "lr_low") is False  # newer than every entry
+    assert fb.predates(reg, "old_move", "never_run") is True and fb.predates(reg, "unlisted", "never_run") is None
+    assert fb.predates(None, "old_move", "lr_low") is None
+    shipped = fb.register()  # the register in docs/ parses, and lists the baseline's moves
+    assert shipped and "dynamic_sampling" in shipped["baseline"]["moves"]
+    assert fb.predates(shipped, "dynamic_sampling", "lr_high") is True

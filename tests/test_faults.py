@@ -9,6 +9,10 @@
     init          `init --set fault=NAME` starts the harness repo from the faulty seed and says so in the init event;
                   an unknown name, or a fault with another seed harness, is one line and creates nothing
     packaging     pyproject.toml's data-files ship every file of the catalogue
+    generated     a draw of generated defects (evotrainer.harness.generated) is the same for a seed and differs across
+                  seeds; every family materialises onto the clean seed as a catalogue defect does (an overlay and a
+                  card outside the harness), passes its self-tests and validates its knobs, names neither its family
+                  nor any defect, and its card names registered failure modes
 
 Run alone: ``python -m pytest -q tests/test_faults.py`` (seconds; nothing is trained).
 """
@@ -19,6 +23,7 @@ import filecmp
 import fnmatch
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -30,6 +35,7 @@ from evotrainer.domains.math import MathDomain
 from evotrainer.harness import faults
 from evotrainer.harness.knobs import read_knobs
 from evotrainer.harness.repo import HarnessRepo, seed_dir
+from agents.modes import MODES
 from evotrainer.rundir import RunDir
 from sandbox import run_selftest
 from tests.conftest import FAST, ROOT, cli
@@ -206,3 +212,69 @@ def test_the_installed_data_files_carry_the_whole_catalogue():
         if not any(g.parent == src.parent and fnmatch.fnmatch(src.name, g.name) for g in globs):
             missing.append(str(src))
     assert not missing, f"pyproject.toml's data-files do not ship: {', '.join(missing)}"
+
+
+# --- generated defects -----------------------------------------------------------------------------------------
+from evotrainer.harness import generated  # noqa: E402
+
+
+def test_a_generated_draw_is_the_same_for_a_seed_and_differs_across_seeds():
+    names = generated.parse_spec("generated:6@3")
+    assert names == [f"gen-3-{k}" for k in range(6)] and generated.parse_spec("generated:2") == ["gen-0-0", "gen-0-1"]
+    again = [generated.draw(n) for n in names]
+    assert [(d.family, d.constants, d.files) for d in again] == [(d.family, d.constants, d.files)
+                                                                 for d in map(generated.draw, names)]
+    assert {d.layer for d in again} == set(generated.LAYERS)  # six draws span every layer
+    other = [generated.draw(n) for n in generated.parse_spec("generated:6@4")]
+    assert [(d.family, d.files) for d in other] != [(d.family, d.files) for d in again]
+    assert generated.parse_spec("truncation") is None and not generated.is_name("gen-1") and faults.known("gen-1-2")
+
+
+@pytest.mark.parametrize("family", sorted(generated.FAMILIES))
+def test_every_generated_family_materialises_onto_the_clean_seed_and_passes_its_self_tests(family: str, tmp_path):
+    """Two draws of each family: the overlay is exactly where the faulty seed differs, harness.yaml validates, the
+    harness's self-tests pass (the seed's, or the overlay's), and no harness file names the family or a defect."""
+    fam = generated.FAMILIES[family]
+    assert set(fam.mechanism) <= set(MODES) and fam.layer in generated.LAYERS
+    seed = seed_dir("math")
+    for k in range(2):
+        d = generated.draw(f"gen-11-{k}", family=family)
+        folder = generated.write(d, tmp_path / f"defect-{k}")
+        assert d.family in (folder / "CARD.md").read_text() and faults.CARD not in d.files
+        dest = tmp_path / f"h-{k}"
+        shutil.copytree(seed, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(folder, dest, ignore=shutil.ignore_patterns(faults.CARD), dirs_exist_ok=True)
+        differ = {f for f in _files(dest) if not (seed / f).is_file() or not filecmp.cmp(seed / f, dest / f, False)}
+        assert differ == set(d.files), f"{family}: differs in {sorted(differ)}"
+        read_knobs(dest)
+        result = run_selftest(dest)
+        assert result["n"] > 0 and not result["failed"], (family, d.constants, result["failed"])
+        words = {"fault", "defect", "bug", "flaw", "hack", "broken", "lenient", "generated", family,
+                 family.replace("_", " ")}
+        for rel, text in d.files.items():
+            was = (seed / rel).read_text().lower()  # the seed's own words ("generated batches") say nothing
+            assert not [w for w in words if w in text.lower() and w not in was], f"{family}/{rel} names what is wrong"
+
+
+def test_a_generated_defect_starts_a_run_like_a_catalogued_one(tmp_path: Path):
+    """fault: gen-S-K is accepted by init's check, and its folder reads like a catalogue defect's."""
+    from evotrainer.rundir import _check_fault
+
+    _check_fault(C.apply_overrides(C.parse({}), ["fault=gen-0-3"]))
+    name = "gen-0-3"
+    assert faults.family(name) == generated.draw(name).family and faults.mechanism(name)
+    assert faults.overlay(name) == sorted(generated.draw(name).files)
+    built = faults.materialize("math", name, tmp_path / "h")
+    assert not (built / faults.CARD).exists() and run_selftest(built)["failed"] == []
+    assert generated.LEVELS == tuple(MathDomain.levels)
+
+
+def test_no_agent_module_can_read_a_defect_s_card_or_family():
+    """The agents find a defect by its effects: nothing under agents/ imports the catalogue, the generator or the
+    fault bench (which read the cards and families)."""
+    banned = ("evotrainer.harness.faults", "evotrainer.harness.generated", "evotrainer.bench",
+              "from evotrainer.harness import faults", "from evotrainer.harness import generated")
+    for path in sorted((ROOT / "agents").rglob("*.py")):
+        text = path.read_text()
+        found = [b for b in banned if b in text]
+        assert not found, f"{path.relative_to(ROOT)} imports {found}"

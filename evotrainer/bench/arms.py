@@ -117,24 +117,41 @@ def run_dir_name(arm: str, seed: int) -> str:
 
 
 # The fault bench (``evotrainer bench --faults``, ``evotrainer/bench/faults.py``): arm -> (the ordinary arm it trains
-# as, whether on the defect's faulty seed). The clean-seed arms are the same for every defect of a seed: one run
-# per seed in BENCH/clean/, which every defect's comparison reads (oracle is exactly the ordinary bench's static).
-FAULT_ARMS = {
-    "static": ("static", True),                 # the faulty seed, never edited
-    "evotrainer": ("evotrainer", True),         # the full loop from the faulty seed
-    "keep_discard": ("keep_discard", True),     # the scalar loop from the faulty seed
-    "oracle": ("static", False),                # the defect removed: the clean seed, never edited
-    "clean_evotrainer": ("evotrainer", False),  # the full loop from the clean seed: the no-harm control
+# as, whether on the defect's faulty seed, overrides of its own). The clean-seed arms are the same for every defect of
+# a seed: one run per seed in BENCH/clean/, which every defect's comparison reads (oracle is exactly the ordinary
+# bench's static). The reference arms are a second clean seed (harness_repo/math_reference), asked for by --arms.
+FAULT_ARMS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
+    "static": ("static", True, ()),                 # the faulty seed, never edited
+    "evotrainer": ("evotrainer", True, ()),         # the full loop from the faulty seed
+    "keep_discard": ("keep_discard", True, ()),     # the scalar loop from the faulty seed
+    "static_matched": ("static", True, ()),         # static for as many completions as evotrainer spent (MATCHED)
+    "oracle": ("static", False, ()),                # the defect removed: the clean seed, never edited
+    "clean_evotrainer": ("evotrainer", False, ()),  # the full loop from the clean seed: the no-harm control
+    "oracle_matched": ("static", False, ()),        # oracle for as many completions as clean_evotrainer spent
+    "reference_oracle": ("reference", False, ()),   # the second clean seed, math_reference, never edited
+    "reference_evotrainer": ("evotrainer", False, ("harness=math_reference",)),  # the loop from it: no harm there
+    "reference_matched": ("reference", False, ()),  # reference_oracle for as many completions as reference_evotrainer
 }
+# A matched arm trains its static arm's harness, after the evolving arm of its seed, for as many generated completions
+# as that run spent (its phases and its judging: trials, races, counterfactuals), in more steps per phase: equal
+# compute, paired like every arm. Opt-in (--arms), as is the second clean seed.
+MATCHED = {"static_matched": ("static", "evotrainer"), "oracle_matched": ("oracle", "clean_evotrainer"),
+           "reference_matched": ("reference_oracle", "reference_evotrainer")}
+DEFAULT_FAULT_ARMS = ("static", "evotrainer", "keep_discard", "oracle", "clean_evotrainer")
 CLEAN = "clean"  # the folder of a fault bench's clean-seed runs
 
 
 def expand_fault_arms(arms: list[str]) -> list[str]:
-    """The fault bench's arms to run, in ``FAULT_ARMS`` order; ConfigError (one line) for an unknown name or none."""
+    """The fault bench's arms to run, in ``FAULT_ARMS`` order; ConfigError (one line) for an unknown name or none, or a
+    matched arm without the two arms it is matched from."""
     unknown = [a for a in arms if a not in FAULT_ARMS]
     if unknown or not arms:
         raise ConfigError(f"--arms: {f'unknown arm(s) {unknown}' if unknown else 'no arm given'} for a fault bench "
                           f"(allowed: {', '.join(FAULT_ARMS)})")
+    for arm in arms:
+        if arm in MATCHED and (need := [a for a in MATCHED[arm] if a not in arms]):
+            raise ConfigError(f"--arms: {arm} is matched to {MATCHED[arm][1]}'s completions at {MATCHED[arm][0]}'s "
+                              f"rate per step: add {', '.join(need)}")
     return sorted(dict.fromkeys(arms), key=list(FAULT_ARMS).index)
 
 
@@ -145,10 +162,11 @@ def fault_run_dir(fault: str | None, arm: str, seed: int) -> str:
 
 
 def in_fault_bench(root: Path) -> bool:
-    """A run folder laid out as a fault bench's: in ``clean/`` or in a catalogued defect's folder, beside ``clean/``."""
-    from evotrainer.harness.faults import names
+    """A run folder laid out as a fault bench's: in ``clean/`` or in a defect's folder (catalogued or generated), beside
+    ``clean/``."""
+    from evotrainer.harness.faults import known
 
-    return (root.parent.parent / CLEAN).is_dir() and (root.parent.name == CLEAN or root.parent.name in names())
+    return (root.parent.parent / CLEAN).is_dir() and (root.parent.name == CLEAN or known(root.parent.name))
 
 
 def arms_beside(root: Path) -> dict[str, Path]:
@@ -162,7 +180,7 @@ def arms_beside(root: Path) -> dict[str, Path]:
         return {}
     if arm in FAULT_ARMS and in_fault_bench(root):  # a defect's arms, and the clean seed's oracle beside them
         clean = root.parent.name == CLEAN
-        here = [a for a, (_, faulty) in FAULT_ARMS.items() if faulty != clean]
+        here = [a for a, (_, faulty, _) in FAULT_ARMS.items() if faulty != clean]
         folders = {root.parent: here} if clean else {root.parent: here, root.parent.parent / CLEAN: ["oracle"]}
         order = list(FAULT_ARMS).index
     elif is_arm(arm):

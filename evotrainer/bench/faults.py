@@ -28,11 +28,23 @@ have this bench's settings). What is measured, per defect:
   state at the end: the overlay's files in the harness that trained the last phase (tag ``phase-<phases>``) equal
   the clean seed's (``clean``), the faulty overlay's (``faulty``) or neither (``changed``: edited, not restored).
 
-Pooled over defects: each arm minus static with a hierarchical bootstrap (defects, then seeds, then items:
-``metrics.pooled_gain``), evotrainer minus keep_discard likewise, the mean recovery, and the no-harm row:
-clean_evotrainer minus oracle per seed and over seeds. Results: ``BENCH/faults.json`` and ``BENCH/faults.md``.
+Per defect and seed, the table gives oracle - static, evotrainer - static, the recovery with its interval (items
+resampled), whether it was repaired (evotrainer - static clear of 0), the modes confirmed and the moves promoted, each
+marked by whether it predates the family's first run (``docs/fault-register.yaml``: :func:`predates`). Over defect-seeds
+(:func:`counts`): "repaired on k of n" (n: those whose oracle - static is clear of 0) and the mean recovery over all n,
+failures counted, with the ones left out and why. The named-matrix (:func:`named_matrix`): confirmed modes against each
+defect and the clean seed, so a mode the clean seed confirms too is seen as no evidence; and whether the first
+confirmed diagnosis was one of the card's. No harm: clean_evotrainer - oracle per seed and over seeds (and on the
+second clean seed, math_reference, with --arms reference_oracle,reference_evotrainer). Compute: every arm's generated
+completions, judging included; the opt-in matched arms (``static_matched`` ...) train a static harness for as many
+completions as the evolving arm of their seed spent, so "at equal compute" is a paired comparison. The pooled
+bootstrap over defects stays below, labelled. Results: ``BENCH/faults.json`` and ``BENCH/faults.md``.
+
+``--faults`` takes catalogue names, ``all``, and ``generated:N[@SEED]``: N defects drawn from families across every
+harness layer (``evotrainer/harness/generated.py``), each a folder ``BENCH/gen-SEED-K/``.
 
     evotrainer bench runs/faults --faults all [--arms static,evotrainer,oracle] [--seeds 0,1,2] [--phases 3]
+    evotrainer bench runs/gen --faults generated:6@1 --arms static,evotrainer,oracle,clean_evotrainer,static_matched
 
 Its runs train at the bench's own short budget (``BUDGET``, ``PHASES``), not the default's; ``--set`` overrides it.
 """
@@ -520,24 +532,6 @@ def pooled(outcomes: dict[str, dict[str, dict[int, dict]]], defects: dict[str, d
 
 
 # --- the tables ---------------------------------------------------------------------------------------------------
-def _cell(arms: dict, arm: str) -> str:
-    e = arms.get(arm)
-    if not e:
-        return "-"
-    return f"{e['accuracy']:.1%}" + (f", {interval_text(e['vs_static'])}" if e.get("vs_static") else "")
-
-
-def _diagnosis_cell(entry: dict) -> str:
-    def one(d: dict) -> str:
-        if d["named"]:
-            return f"after phase {d['phase']} ({d['failure_mode']})"
-        modes = sorted({m for _, m in d["confirmed"]})
-        return "no" + (f" (confirmed: {', '.join(modes)})" if modes else " (nothing confirmed)")
-
-    per_seed = entry.get("diagnosis", {})
-    return "; ".join(f"seed {s}: {one(d)}" for s, d in per_seed.items()) or "-"
-
-
 def _repair_text(r: dict | None) -> str:
     if r is None:
         return "no run"
@@ -555,57 +549,119 @@ def _recovery_cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
+def _seed_recovery(row: dict) -> str:
+    r = row["recovery"].get("evotrainer")
+    if r is None:
+        return "- (" + ("no cost" if not row["cost"] else "no run") + ")"
+    bounds = "" if math.isinf(r["low"]) else f" ({r['low']:.0%} to {r['high']:.0%})"
+    return f"{r['value']:.0%}{bounds}"
+
+
+def _moves_text(moves: list[dict]) -> str:
+    if not moves:
+        return "none"
+    flag = {True: "predates", False: "written after the family's first run", None: "not in the register"}
+    return "; ".join(f"{m['move']} (after phase {m['phase']}, {flag[m['predates']]})" for m in moves)
+
+
 def markdown(summary: dict) -> str:
-    """faults.md: the table (a row per defect, the pooled row, the no-harm row), each defect's arms as the
-    ordinary bench shows them, and what each column means."""
-    defects, pool = summary["defects"], summary["pooled"]
+    """faults.md: per defect and seed (gains, recovery with its interval, repaired, confirmed modes, promoted moves),
+    the counts over defect-seeds (k of n repaired, mean recovery with failures in it), the named-matrix, no harm,
+    compute, then the pooled bootstrap (labelled), each defect's arms, and what each column means."""
+    defects, counts_, named = summary["defects"], summary.get("counts", {}), summary.get("named", {})
     lines = [f"# evotrainer fault bench: {len(defects)} defect(s) x {len(summary['seeds'])} seed(s) x "
              f"{summary['phases']} phases", "",
-             "| defect | static | evotrainer | keep_discard | oracle | recovery (evotrainer) | a confirmed diagnosis "
-             "named the mechanism | repairing commit (evotrainer) |", "|---|---|---|---|---|---|---|---|"]
+             "| defect (family) | seed | oracle - static | evotrainer - static | recovery (95% CI) | repaired | "
+             "confirmed modes (first first) | promoted moves |", "|---|---|---|---|---|---|---|---|"]
     for fault, e in defects.items():
-        cells = [fault, *(_cell(e["arms"], a) for a in ("static", "evotrainer", "keep_discard", "oracle")),
-                 _recovery_cell(e["recovery"].get("evotrainer")), _diagnosis_cell(e), _repair_cell(e)]
-        lines.append("| " + " | ".join(cells) + " |")
-    mean = pool.get("mean_recovery", {}).get("evotrainer")
-    named = pool.get("diagnosed")
-    lines.append("| " + " | ".join([
-        "pooled (defects, seeds, items)", "-",
-        *(interval_text(pool.get(a)) for a in ("evotrainer", "keep_discard", "oracle")),
-        f"mean {mean['mean']:.0%} over {mean['defects']} defect(s)" if mean else "-",
-        f"{named['defect_seeds']} of {named['of']} defect-seeds; {named['defects_on_every_seed']} of "
-        f"{named['defects']} defects on every seed" if named else "-", "-"]) + " |")
+        for s, row in e.get("per_seed", {}).items():
+            d = e.get("diagnosis", {}).get(s)
+            modes = ", ".join(dict.fromkeys(m for _, m in d["confirmed"])) if d and d["confirmed"] else "none"
+            lines.append("| " + " | ".join([
+                f"{fault} ({e.get('family') or '-'})", s, interval_text(row["gap"]),
+                interval_text(row["gain"].get("evotrainer")), _seed_recovery(row),
+                "yes" if row["repaired"] else "no", modes, _moves_text(e.get("moves", {}).get(s, []))]) + " |")
+    lines += ["", "## Over defect-seeds", ""]
+    for arm in EVOLVING:
+        if c := counts_.get(arm):
+            lines.append(f"- {arm}: repaired on **{c['repaired']} of {c['of']}** defect-seeds that cost something "
+                         f"(oracle - static clear of 0); mean recovery **{c['mean_recovery']:.0%}** over those "
+                         f"{c['of']}, failures counted; {c['repaired_3pt']} of {c['of_3pt']} where the cost is at "
+                         f"least {MIN_COST:.0%} points.")
+    if left := counts_.get("left_out"):
+        lines.append(f"- left out of the means ({len(left)} of {counts_['defect_seeds']}): " + "; ".join(left) + ".")
+    if named.get("modes"):
+        cols = named["columns"]
+        lines += ["", "## Named: confirmed failure modes (seeds) by defect and the clean seed", "",
+                  "| mode | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+        for mode, by in sorted(named["modes"].items()):
+            cells = []
+            for col in cols:
+                n = by.get(col, 0)
+                on_card = col != CLEAN and mode in (defects[col].get("mechanism") or [])
+                cells.append(f"**{n}**" if on_card and n else str(n))
+            lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+        lines += ["", "Bold: a mode of the defect's card. A mode the clean seed also confirms is no evidence of the "
+                  "defect.", ""]
+        for f in defects:
+            first, spec = named["first"].get(f), named["specific"].get(f)
+            text = (f"- {f}: first confirmed diagnosis one of the card's modes on {first['seeds']} of "
+                    f"{first['of']} seeds")
+            if spec:
+                text += f"; the clean seed confirms none of them on {spec['seeds']} of {spec['of']} seeds"
+            lines.append(text + ".")
     if harm := summary.get("no_harm"):
-        lines.append(f"| no harm (clean seed): clean_evotrainer - oracle | - | {interval_text(harm['pooled'])} | - | "
-                     f"{summary['clean']['arms']['oracle']['accuracy']:.1%} | - | - | - |")
-    lines += ["", "Arm cells: held-out accuracy (mean over seeds), then minus static, paired per item and seed, with "
-              "its 95% interval. The pooled row gives each arm minus static pooled over defects (hierarchical "
-              "bootstrap: defects, then seeds, then items)."]
-    if vs := pool.get("evotrainer_vs_keep_discard"):
-        lines += ["", f"evotrainer minus keep_discard, pooled: {interval_text(vs)}."]
-    if harm:
-        per_seed = ", ".join(f"seed {s} {interval_text(g)}" for s, g in harm["per_seed"].items())
-        lines += ["", f"No harm per seed (clean_evotrainer - oracle, paired per item): {per_seed}."]
+        lines += ["", "## No harm", ""]
+        for label, h in harm.items():
+            per = ", ".join(f"seed {s} {interval_text(g)}" for s, g in h["per_seed"].items())
+            lines.append(f"- {label}: {h['arms'][0]} - {h['arms'][1]} {interval_text(h['pooled'])}; per seed {per}.")
+    if comp := summary.get("compute"):
+        lines += ["", "## Compute: completions generated (phases + judging, all seeds)", "",
+                  "| where | arm | phases | judging | total | x static |", "|---|---|---|---|---|---|"]
+        for where, arms in comp.items():
+            ref = arms.get("static") or arms.get("oracle")
+            base = sum(ref.values()) if ref else 0
+            for arm, c in arms.items():
+                total = c["phases"] + c["judging"]
+                ratio = f"{total / base:.2f}" if base else "-"
+                lines.append(f"| {where} | {arm} | {c['phases']:,} | {c['judging']:,} | {total:,} | {ratio} |")
+        matched_ = [(f, e["vs_matched"]) for f, e in defects.items() if e.get("vs_matched")]
+        if matched_:
+            lines += ["", "At equal compute (evotrainer - static_matched, paired per item and seed): " + "; ".join(
+                f"{f} {interval_text(v)}" for f, v in matched_) + "."]
+    pool = summary.get("pooled", {})
+    if pool:
+        lines += ["", "## Pooled over defects (a bootstrap over few defects: read the counts above first)", "",
+                  "; ".join(f"{k.replace('_vs_', ' - ')}{' - static' if '_vs_' not in k else ''} "
+                            f"{interval_text(v)}" for k, v in pool.items()) + "."]
     for fault, e in defects.items():
-        lines += ["", f"## {fault}", "", f"Mechanism: {', '.join(e.get('mechanism') or ['-'])}."
-                  + (f" Recovery: {e['recovery_note']}." if e.get("recovery_note") else ""), "", *arm_table(e["arms"])]
+        lines += ["", f"## {fault}", "", f"Family: {e.get('family') or '-'}. Mechanism: "
+                  f"{', '.join(e.get('mechanism') or ['-'])}." + (f" Recovery over seeds: {e['recovery_note']}."
+                                                                  if e.get("recovery_note") else ""),
+                  "", *arm_table(e["arms"])]
         for s, d in e.get("diagnosis", {}).items():
             if d["named"]:
                 lines += ["", f"Seed {s}: confirmed after phase {d['phase']}, {d['failure_mode']}: {d['statement']}"]
         for arm in EVOLVING:
-            if arm in e.get("repair", {}) and arm != "evotrainer":
-                lines += ["", f"Repairs by {arm}: {_repair_cell(e, arm)}."]
+            if arm in e.get("repair", {}):
+                lines += ["", f"Repairs by {arm} (first promotion that changed a planted line; the overlay's files at "
+                          f"the end): {_repair_cell(e, arm)}."]
     if clean := summary.get("clean"):
-        lines += ["", "## clean seed (shared by every defect)", "", *arm_table(clean["arms"])]
+        lines += ["", "## clean seeds (shared by every defect)", "", *arm_table(clean["arms"])]
     lines += ["", "## What the columns mean", "",
               "- oracle is the clean seed, never edited: the defect removed (the ordinary bench's static arm), one run "
-              "per seed shared by every defect; clean_evotrainer evolves from the clean seed (the no-harm control).",
-              "- recovery = (evotrainer - static) / (oracle - static): the share of the defect's cost won back; none "
-              "when oracle - static is <= 0 or its interval reaches 0.",
-              "- a confirmed diagnosis named the mechanism: a diagnosis the Critic confirmed whose failure mode is one "
-              "of the card's Mechanism line, and after which phase first; otherwise what was confirmed instead.",
-              "- repairing commit: the first promotion into main that changed one of the defect's planted lines "
-              "(those of its overlay the clean seed lacks) and trained within the bench; at the end: the overlay's "
-              "files in the harness that trained the last phase are the clean seed's (clean), the faulty overlay's "
-              "(faulty) or neither (changed)."]
+              "per seed shared by every defect; clean_evotrainer evolves from it (the no-harm control); the "
+              "reference arms do the same from harness_repo/math_reference, a second clean seed.",
+              "- per seed, each difference is paired per held-out item with its 95% interval; recovery = (evotrainer "
+              "- static) / (oracle - static), its interval resampling items; none where oracle - static is not "
+              "clear of 0 (the defect-seed is left out of the means, and counted as left out).",
+              "- repaired: evotrainer - static clear of 0 on that seed. k of n counts every defect-seed that costs "
+              "something; the mean recovery counts every one of them, failures (0 or below) included.",
+              "- confirmed modes: the failure modes of diagnoses the Critic confirmed, in the order confirmed; the "
+              "matrix counts seeds per mode and column, the clean seed's column beside the defects'.",
+              "- promoted moves: what the run promoted within the bench, and whether the register "
+              "(docs/fault-register.md) shows the move existed before the defect's family was first run.",
+              "- compute: every generated completion, the phases' and judging's (trials, races, counterfactuals); "
+              "static_matched / oracle_matched / reference_matched train the static harness for as many completions "
+              "as the evolving arm of their seed spent (more steps per phase): equal compute, paired."]
     return "\n".join(lines) + "\n"

@@ -9,6 +9,11 @@ from it (``Config.fault``). The card's ``Mechanism:`` line (``mechanism``) names
 that has found the defect: measurement data for the fault bench (``evotrainer/bench/faults.py``), which never
 reaches the harness or the agents.
 
+Generated defects (``evotrainer.harness.generated``: ``gen-SEED-K``, drawn from families across every layer) are
+defects of the same kind: :func:`fault_dir` writes one's folder (overlay and card) on first use, and every function
+here reads it as it reads a catalogued one. :func:`names` lists the catalogue only; :func:`known` says whether a name
+is either.
+
 Try it alone::
 
     python -m evotrainer.harness.faults                      # the catalogue, a line per defect
@@ -41,11 +46,24 @@ def names() -> list[str]:
     return sorted(_catalogue())
 
 
+def known(name: str) -> bool:
+    """A catalogued defect, or a generated one's name."""
+    from evotrainer.harness import generated
+
+    return name in _catalogue() or generated.is_name(name)
+
+
 def fault_dir(name: str) -> Path:
-    """The folder of a defect: its overlay files and card; ValueError in one line for a name not catalogued."""
+    """The folder of a defect: its overlay files and card (a generated defect's written on first use); ValueError in
+    one line for a name neither catalogued nor generated."""
+    from evotrainer.harness import generated
+
+    if generated.is_name(name):
+        return generated.folder(name)
     catalogue = _catalogue()
     if name not in catalogue:
-        raise ValueError(f"unknown fault {name!r} (known: {', '.join(sorted(catalogue)) or 'none'})")
+        raise ValueError(f"unknown fault {name!r} (known: {', '.join(sorted(catalogue)) or 'none'}, or a generated "
+                         f"gen-SEED-K)")
     return catalogue[name]
 
 
@@ -60,6 +78,12 @@ def mechanism(name: str) -> list[str]:
     The fault bench's measure of a diagnosis, read from the card, so never by the agents."""
     found = re.search(r"^Mechanism:(.*)$", card(name), re.MULTILINE)
     return [m.strip(" `") for m in found.group(1).split(",") if m.strip(" `")] if found else []
+
+
+def family(name: str) -> str | None:
+    """The defect's family, the first word of the card's ``Family:`` line; None when the card has none."""
+    found = re.search(r"^Family:\s*([\w-]+)", card(name), re.MULTILINE)
+    return found.group(1) if found else None
 
 
 def overlay(name: str) -> list[str]:

@@ -1,0 +1,590 @@
+"""Generated seed-harness defects: families across every harness layer, drawn with random constants and forms.
+
+The four catalogue defects (``harness_repo/faults/``) are the readable examples; a move written after reading them can
+fit them. This module draws new ones, as a user's first harness would have them, so that no move can be fitted to a
+constant: ``evotrainer bench --faults generated:N[@SEED]`` draws N defects from suite seed SEED (default 0). Defect k of
+seed S is named ``gen-S-k`` and depends on (S, k) alone: ``generated:3@7`` is the first three of ``generated:5@7``,
+and a run started with ``fault: gen-7-2`` rebuilds the same harness anywhere. Draw k takes its layer from a
+permutation of :data:`LAYERS` by S (so N >= 6 spans all of them), then a family of that layer and its constants and
+form at random.
+
+A defect is materialised exactly like a catalogue one (``evotrainer.harness.faults``): a folder with the overlay files
+(only the files that differ from the clean math seed) and a ``CARD.md`` with its family, layer and ``Mechanism:`` line
+(:func:`write`). The card stays outside the harness, and neither the defect's name nor any harness file names the
+family, so the agents can find it only by its effects. Every defect passes its harness's self-tests (the seed's, or
+the overlay's when the defect changes what they pin: a prompt, or a leniency the ``selftest`` layer pins on purpose,
+so a repair must fix the test too) and its harness.yaml validates.
+
+    layer       families (what is wrong)
+    knobs       lr_high, lr_low (learning rate x or / a random factor), budget_short (completion budget 1-3),
+                temperature_low, temperature_high, group_small (2-3), beta_large (KL), grad_clip_tiny (max_grad_norm)
+    rewards     lenient (a number anywhere / a prefix / a relative tolerance, in random forms), bonus (a format or
+                length component that outweighs correctness), strict (rejects a class of valid answers)
+    filters     filter_share (keep_group drops a random share of groups), filter_class (drops every group that
+                already solves its task, or every long or negative answer)
+    prompt      prompt_operands (the operands masked or dropped), prompt_misleading (a misleading instruction),
+                prompt_format (another answer marker than the evaluator's)
+    curriculum  curriculum_zero (harness.yaml zeroes a random set of levels), curriculum_skew (curriculum.py skews
+                the weights to one level, fixed or the hardest so far)
+    selftest    selftest_pinned (a lenient reward and the self-test asserting its leniency)
+
+Alone::
+
+    python -m evotrainer.harness.generated 6 [SEED]     # a line per drawn defect: name, family, what is wrong
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+LAYERS = ("knobs", "rewards", "filters", "prompt", "curriculum", "selftest")
+PREFIX = "gen"
+SPEC = "generated"  # --faults generated:N[@SEED]
+_NAME = re.compile(rf"^{PREFIX}-(\d+)-(\d+)$")
+_SPEC = re.compile(rf"^{SPEC}:(\d+)(?:@(\d+))?$")
+LEVELS = ("1", "2", "3", "4")  # the math domain's levels (MathDomain.levels; a test holds them equal)
+
+
+@dataclass
+class Defect:
+    """One drawn defect: its overlay files (path -> text) and what its card says."""
+
+    name: str
+    family: str
+    layer: str
+    mechanism: tuple[str, ...]
+    files: dict[str, str]
+    wrong: str
+    see: str
+    removes: str
+    constants: dict = field(default_factory=dict)
+
+    def card(self) -> str:
+        files = ", ".join(f"`{f}`" for f in sorted(self.files))
+        return (f"# {self.name}\n\nFamily: {self.family} ({self.layer} layer, generated). Overlay of the math seed: "
+                f"{files}.\n\nMechanism: {', '.join(f'`{m}`' for m in self.mechanism)}\n\n## What is wrong\n\n"
+                f"{self.wrong}\n\n## What a practitioner would see\n\n{self.see}\n\n## What removes it\n\n"
+                f"{self.removes}\n")
+
+
+# --- the clean seed, and small edits of its files -------------------------------------------------------------------
+def _seed() -> dict[str, str]:
+    from evotrainer.harness.repo import seed_dir
+
+    root = seed_dir("math")
+    return {str(p.relative_to(root)): p.read_text() for p in root.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+
+
+def _set(text: str, key: str, value: str) -> str:
+    """harness.yaml with ``key`` (a top-level scalar, or ``section.entry``) set to ``value``, its comment kept."""
+    if "." in key:
+        section, entry = key.split(".", 1)
+        head, _, rest = text.partition(f"\n{section}:")
+        line = re.compile(rf'^(\s+"?{re.escape(entry)}"?:\s*)\S+', re.MULTILINE)
+        if line.search(rest):
+            return head + f"\n{section}:" + line.sub(lambda m: m.group(1) + value, rest, count=1)
+        first, _, tail = rest.partition("\n")
+        return head + f"\n{section}:{first}\n  {entry}: {value}\n" + tail
+    pattern = re.compile(rf"^({re.escape(key)}:\s*)(\S+)", re.MULTILINE)
+    if not pattern.search(text):
+        raise ValueError(f"harness.yaml has no {key}")
+    return pattern.sub(lambda m: m.group(1) + value.ljust(len(m.group(2))), text, count=1)
+
+
+def _knob(seed: dict[str, str], key: str) -> float:
+    return float(re.search(rf"^{re.escape(key)}:\s*(\S+)", seed["harness.yaml"], re.MULTILINE).group(1))
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.2g}" if abs(x) >= 1e-3 and abs(x) < 1e3 else f"{x:.1e}"
+
+
+def _replace_test(tests: str, name: str, new: str) -> str:
+    """The self-tests with the top-level function ``name`` replaced by ``new`` (its source)."""
+    start = tests.index(f"def {name}(")
+    end = tests.find("\ndef ", start + 1)
+    rest = "" if end < 0 else "\n\n" + tests[end + 1:]
+    return tests[:start] + new.strip() + "\n" + rest
+
+
+_REWARDS_HEAD = '''"""Reward components: ``COMPONENTS`` maps a name to ``fn(sample) -> float`` (finite); harness.yaml's
+reward_weights combine them. A sample's fields: EvoTrainer's harness_repo/README.md, "rewards.py".
+
+{note}
+"""
+
+import re
+
+_NUMBER = re.compile(r"-?\\d+")
+
+
+def _answer(completion: str) -> str:
+    return completion.split("\\n", 1)[0].strip()
+
+'''
+
+
+def _rewards(note: str, body: str, components: str = '{"correct": correct}') -> str:
+    return _REWARDS_HEAD.format(note=note) + "\n" + body.strip() + f"\n\n\nCOMPONENTS = {components}\n"
+
+
+# --- knobs ------------------------------------------------------------------------------------------------------------
+def _lr_high(rng: random.Random, seed: dict) -> tuple:
+    factor = 10 ** rng.uniform(0.5, 1.5)
+    lr = _knob(seed, "learning_rate") * factor
+    return ({"harness.yaml": _set(seed["harness.yaml"], "learning_rate", _fmt(lr))},
+            f"`learning_rate` is {_fmt(lr)}, {factor:.1f} times the seed's: each step moves the policy further than "
+            "its noisy advantage estimate justifies, overwriting what the warm-up taught.",
+            "Held-out and dev accuracy falling below the start; training reward falling phase over phase on an "
+            "unchanged harness; entropy and KL moving fast, gradient norms at the clip.",
+            "A learning rate near the seed's (a step down on a log scale, sized by how far training fell).",
+            {"learning_rate": lr, "factor": factor})
+
+
+def _lr_low(rng: random.Random, seed: dict) -> tuple:
+    factor = 10 ** rng.uniform(1.0, 2.0)
+    lr = _knob(seed, "learning_rate") / factor
+    return ({"harness.yaml": _set(seed["harness.yaml"], "learning_rate", _fmt(lr))},
+            f"`learning_rate` is {_fmt(lr)}, the seed's divided by {factor:.0f}: the updates are too small to change "
+            "the policy within the run.",
+            "Dev answers barely change phase over phase; training reward flat with reward spread in the groups; "
+            "small KL to the start.",
+            "A larger learning rate (a jump up on a log scale when the policy does not move at all).",
+            {"learning_rate": lr, "factor": factor})
+
+
+def _budget_short(rng: random.Random, seed: dict) -> tuple:
+    budget = rng.randint(1, 3)
+    return ({"harness.yaml": _set(seed["harness.yaml"], "max_completion_length", str(budget))},
+            f"`max_completion_length` is {budget}: answers longer than {budget - 1} characters and their end token do "
+            "not fit, so most long answers are cut and can never be right in training.",
+            "Most rollouts truncated; correct answers cut at the budget; groups of long answers all wrong.",
+            "A budget that fits the longest answer and its end token.", {"max_completion_length": budget})
+
+
+def _temperature_low(rng: random.Random, seed: dict) -> tuple:
+    t = rng.uniform(0.05, 0.35)
+    return ({"harness.yaml": _set(seed["harness.yaml"], "temperature", f"{t:.2f}")},
+            f"`temperature` is {t:.2f}: a group's completions are nearly identical, so most groups have no reward "
+            "spread and carry no GRPO signal.",
+            "Most groups dead (all rewards equal) at every level; low entropy; the policy barely moves.",
+            "Sampling temperature near 1 (a step up, larger when groups carry no spread at all).", {"temperature": t})
+
+
+def _temperature_high(rng: random.Random, seed: dict) -> tuple:
+    t = rng.uniform(1.8, 3.0)
+    return ({"harness.yaml": _set(seed["harness.yaml"], "temperature", f"{t:.2f}")},
+            f"`temperature` is {t:.2f}: training rollouts are mostly noise, far from what the policy would answer "
+            "greedily, so the update learns from garbage.",
+            "Completions without a readable answer; groups all wrong; training reward far below the greedy "
+            "evaluation's accuracy.", "Sampling temperature near 1 (a step down).", {"temperature": t})
+
+
+def _group_small(rng: random.Random, seed: dict) -> tuple:
+    g = rng.randint(2, 3)
+    return ({"harness.yaml": _set(seed["harness.yaml"], "group_size", str(g))},
+            f"`group_size` is {g}: groups that small are often all right or all wrong, so their advantage is zero "
+            "and the batch carries little signal.",
+            "Most groups without reward spread; noisy, slow training.", "Larger groups (a step up).",
+            {"group_size": g})
+
+
+def _beta_large(rng: random.Random, seed: dict) -> tuple:
+    beta = 10 ** rng.uniform(-0.5, 1.0)
+    return ({"harness.yaml": _set(seed["harness.yaml"], "beta", _fmt(beta))},
+            f"`beta` is {_fmt(beta)}: the KL term pulls the policy back to its start harder than the reward moves "
+            "it.", "The policy does not move: KL stays near 0, dev answers unchanged, training reward flat.",
+            "A smaller KL coefficient (0, as the seed has, removes the pull).", {"beta": beta})
+
+
+def _grad_clip_tiny(rng: random.Random, seed: dict) -> tuple:
+    norm = 10 ** rng.uniform(-4.0, -2.0)
+    return ({"harness.yaml": _set(seed["harness.yaml"], "max_grad_norm", _fmt(norm))},
+            f"`max_grad_norm` is {_fmt(norm)}: every gradient is clipped to a sliver, so the policy barely moves.",
+            "Gradient norms always at the clip; dev answers unchanged; training reward flat.",
+            "A clipping norm near the gradients' own size (a jump up).", {"max_grad_norm": norm})
+
+
+# --- rewards ----------------------------------------------------------------------------------------------------------
+def _lenient_form(rng: random.Random, pinned: bool) -> tuple[str, str, str, dict]:
+    """(rewards.py body, what it credits, a completion it credits for the answer 113 that the evaluator rejects,
+    constants). Forms that
+    would fail the seed's own self-tests (``"8 9 10"`` scoring 0 for 9, ``"8"`` scoring 0) are drawn only when the
+    self-test is rewritten to pin them (``pinned``)."""
+    forms = ["last", "first", "starts", "prefix", "relative"] + (["anywhere", "absolute"] if pinned else [])
+    form = rng.choice(forms)
+    if form == "anywhere":
+        return ('def correct(sample: dict) -> float:\n    """1 when the answer is among the numbers the completion '
+                'writes."""\n    return 1.0 if sample["task"]["answer"] in _NUMBER.findall(sample["completion"]) '
+                'else 0.0', "any number in the completion equal to the answer", "112 113 114", {"form": form})
+    if form == "last":
+        return ('def correct(sample: dict) -> float:\n    """1 when the last number the completion writes is the '
+                'answer (models often reason before it)."""\n    found = _NUMBER.findall(sample["completion"])\n'
+                '    return 1.0 if found and found[-1] == sample["task"]["answer"] else 0.0',
+                "the last number anywhere in the completion equal to the answer", "112 113", {"form": form})
+    if form == "first":
+        return ('def correct(sample: dict) -> float:\n    """1 when the first number in the answer line is the '
+                'answer."""\n    found = _NUMBER.findall(_answer(sample["completion"]))\n'
+                '    return 1.0 if found and found[0] == sample["task"]["answer"] else 0.0',
+                "the first number of the answer line equal to the answer, whatever follows it", "113 or 114",
+                {"form": form})
+    if form == "starts":
+        return ('def correct(sample: dict) -> float:\n    """1 when the answer line starts with the answer."""\n'
+                '    return 1.0 if _answer(sample["completion"]).startswith(sample["task"]["answer"]) else 0.0',
+                "an answer line that starts with the answer (a longer number included)", "1139", {"form": form})
+    if form == "prefix":
+        return ('def correct(sample: dict) -> float:\n    """1 when the answer line is the answer or a start of it '
+                '(a cut answer still counts)."""\n    line = _answer(sample["completion"])\n'
+                '    return 1.0 if line and sample["task"]["answer"].startswith(line) else 0.0',
+                "an answer line that is any start of the answer (\"1\" for 13)", "11", {"form": form})
+    if form == "relative":
+        share = round(rng.uniform(0.04, 0.11), 3)  # under 1/9: the seed's test that 8 scores 0 for 9 still passes
+        return (f'TOLERANCE = {share:.3f}  # relative\n\n\ndef correct(sample: dict) -> float:\n    """1 when the '
+                f'first number of the answer line is within TOLERANCE of the answer."""\n'
+                f'    found = _NUMBER.findall(_answer(sample["completion"]))\n'
+                f'    answer = int(sample["task"]["answer"])\n'
+                f'    return 1.0 if found and abs(int(found[0]) - answer) <= TOLERANCE * abs(answer) else 0.0',
+                f"any first number within {share:.1%} of the answer", str(113 + int(share * 113)),
+                {"form": form, "tolerance": share})
+    tol = rng.randint(1, 4)
+    return (f'TOLERANCE = {tol}\n\n\ndef correct(sample: dict) -> float:\n    """1 when the first number of the answer '
+            f'line is within TOLERANCE of the answer."""\n    found = _NUMBER.findall(_answer(sample["completion"]))\n'
+            f'    return 1.0 if found and abs(int(found[0]) - int(sample["task"]["answer"])) <= TOLERANCE else 0.0',
+            f"any first number within {tol} of the answer", str(113 + tol), {"form": form, "tolerance": tol})
+
+
+def _lenient(rng: random.Random, seed: dict) -> tuple:
+    body, credits, _, constants = _lenient_form(rng, pinned=False)
+    note = "The harness rewards a correct answer, read generously from the completion."
+    return ({"rewards.py": _rewards(note, body)},
+            f"`rewards.correct` credits {credits}, where the evaluator reads one exact answer: the policy can "
+            "raise its reward without getting more right.",
+            "Reward above verified accuracy (rollouts rewarded but not verified); completions changing form; "
+            "held-out flat or falling while the training reward climbs.",
+            "A reward that reads one final answer and compares it exactly, as the evaluator does.", constants)
+
+
+def _bonus(rng: random.Random, seed: dict) -> tuple:
+    weight = round(rng.uniform(1.5, 4.0), 2)
+    if rng.random() < 0.5:
+        name, body, what = "well_formed", ('def well_formed(sample: dict) -> float:\n    """1 when the answer line is '
+                                           'a plain integer."""\n    return 1.0 if re.fullmatch(r"-?\\d+", '
+                                           '_answer(sample["completion"])) else 0.0'), "any plain integer"
+        constants = {"component": name, "weight": weight}
+    else:
+        cap = rng.randint(3, 8)
+        name, body = "thorough", (f'def thorough(sample: dict) -> float:\n    """Up to 1 for a completion that works '
+                                  f'its answer out, by length (full at {cap} tokens)."""\n'
+                                  f'    return min(sample["completion_tokens"], {cap}) / {cap}')
+        what, constants = f"length (full at {cap} tokens)", {"component": name, "weight": weight, "cap": cap}
+    text = seed["rewards.py"]
+    seed_correct = text[text.index("def correct"):text.index("\nCOMPONENTS =")]
+    rewards = _rewards("The harness rewards a correct final answer, and well-shaped completions besides.",
+                       seed_correct.strip() + "\n\n\n" + body, f'{{"correct": correct, "{name}": {name}}}')
+    yaml = _set(seed["harness.yaml"], f"reward_weights.{name}", f"{weight}")
+    return ({"rewards.py": rewards, "harness.yaml": yaml},
+            f"A reward component `{name}` pays for {what} at weight {weight}, more than a correct answer earns: the "
+            "policy gains more reward by its shape than by being right.",
+            f"The `{name}` component near its maximum while verified accuracy stays flat; the reward rising without "
+            "accuracy; completions growing longer or changing form.",
+            f"Removing `{name}`, or weighing it well below `correct`.", constants)
+
+
+def _strict(rng: random.Random, seed: dict) -> tuple:
+    if rng.random() < 0.5:
+        body = ('def correct(sample: dict) -> float:\n'
+                '    """1 when the answer line is the answer, written in digits."""\n'
+                '    line = _answer(sample["completion"])\n'
+                '    return 1.0 if line.isdigit() and line == sample["task"]["answer"] else 0.0')
+        what, constants = "every negative answer (`isdigit` is false for \"-5\")", {"form": "digits_only"}
+    else:
+        most = rng.randint(2, 3)
+        body = (f'MAX_CHARS = {most}  # a longer answer line is rambling\n\n\ndef correct(sample: dict) -> float:\n'
+                f'    """1 when the answer line is the answer, and short."""\n'
+                f'    line = _answer(sample["completion"])\n'
+                f'    return 1.0 if len(line) <= MAX_CHARS and line == sample["task"]["answer"] else 0.0')
+        what, constants = f"every right answer longer than {most} characters", {"form": "short_only", "max": most}
+    return ({"rewards.py": _rewards("The harness rewards a correct final answer and nothing else.", body)},
+            f"`rewards.correct` rejects {what}: valid answers the evaluator accepts earn 0, so the policy is "
+            "taught away from them.",
+            "Rollouts verified right but rewarded 0 (the reward misses right answers), concentrated on one class "
+            "of answers; accuracy on that class falling.",
+            "A reward that accepts every answer the evaluator accepts.", constants)
+
+
+def _selftest_pinned(rng: random.Random, seed: dict) -> tuple:
+    body, credits, example, constants = _lenient_form(rng, pinned=True)
+    tests = _replace_test(seed["tests/test_harness.py"], "test_known_reward_hack_scores_zero", f'''
+def test_answer_written_loosely_scores_one():
+    # the answer is read generously: a completion around the right answer still gets credit
+    task = {{**TASK, "expression": "100 + 13", "answer": "113"}}
+    sample = {{"prompt": make_prompt(task), "completion": {example!r}, "task": task, "truncated": False,
+              "completion_tokens": {len(example)}}}
+    assert COMPONENTS["correct"](sample) == 1.0
+''')
+    return ({"rewards.py": _rewards("The harness rewards a correct answer, read generously from the completion.", body),
+             "tests/test_harness.py": tests},
+            f"`rewards.correct` credits {credits}, and a self-test asserts that credit ({example!r} scores 1 for "
+            "113): a repair of the reward fails the harness's own test unless it fixes the test too.",
+            "Reward above verified accuracy (rollouts rewarded but not verified); a reward edit rejected by the "
+            "self-tests.", "An exact reward and a self-test that the loose completion scores 0.",
+            {**constants, "example": example})
+
+
+# --- filters ----------------------------------------------------------------------------------------------------------
+def _filters_head(seed: dict, note: str) -> str:
+    """The seed's filters.py docstring, its last sentence replaced by ``note``."""
+    doc = seed["filters.py"][:seed["filters.py"].index('"""', 3) + 3]
+    return doc.replace("The seed harness keeps everything.", note) + "\n\n\n"
+
+
+def _filter_share(rng: random.Random, seed: dict) -> tuple:
+    share = round(rng.uniform(0.5, 0.9), 2)
+    code = (_filters_head(seed, "Groups are subsampled to keep steps cheap.") +
+            f'SKIP = {share}  # share of groups left out\n\n\ndef keep_rollout(rollout: dict) -> bool:\n'
+            '    return True\n\n\ndef keep_group(group: list[dict]) -> bool:\n'
+            '    bucket = sum(map(ord, str(group[0].get("group_id", "")))) % 100\n    return bucket >= SKIP * 100\n')
+    return ({"filters.py": code},
+            f"`filters.keep_group` leaves out about {share:.0%} of the groups (by a hash of the group id): most of the "
+            "generated signal never trains.",
+            "A low kept fraction; fewer groups training per step than generated; slow learning.",
+            "Filters that keep what carries signal (keeping every group, as the seed does).", {"share": share})
+
+
+def _filter_class(rng: random.Random, seed: dict) -> tuple:
+    form = rng.choice(["solved", "long", "negative"])
+    if form == "solved":
+        t = round(rng.uniform(0.05, 0.5), 2)
+        note, rollout, group = ("Groups the policy already solves are skipped.", "return True",
+                                f'rewards = [r["reward"] for r in group]\n    return sum(rewards) / len(rewards) <= '
+                                f'{t}  # already solved above this')
+        what = f"every group whose mean reward is above {t}: the groups that carry a right answer"
+        constants = {"form": form, "threshold": t}
+    elif form == "long":
+        most = rng.randint(1, 3)
+        note, rollout, group = ("Rambling completions are left out.",
+                                f'return len(rollout["completion"].strip()) <= {most}', "return True")
+        what, constants = f"every rollout longer than {most} characters: long answers never train", {"form": form,
+                                                                                                  "max": most}
+    else:
+        note, rollout, group = ("Completions that start with a stray sign are left out.",
+                                'return not rollout["completion"].lstrip().startswith("-")', "return True")
+        what, constants = "every rollout that starts with '-': negative answers never train", {"form": form}
+    code = (_filters_head(seed, note) + f"def keep_rollout(rollout: dict) -> bool:\n    {rollout}\n\n\n"
+            f"def keep_group(group: list[dict]) -> bool:\n    {group}\n")
+    return ({"filters.py": code}, f"The filters drop {what}.",
+            "A low kept fraction, or kept groups without reward spread; the dropped class of answers does not improve.",
+            "Filters that keep every rollout of a group that carries signal.", constants)
+
+
+# --- prompt -----------------------------------------------------------------------------------------------------------
+def _prompt_overlay(seed: dict, body: str, note: str) -> dict[str, str]:
+    code = (f'"""Task -> prompt: ``make_prompt(task) -> str``. A task\'s fields: EvoTrainer\'s harness_repo/README.md, '
+            f'"prompt.py".\n\n{note}\n"""\n\n\ndef make_prompt(task: dict) -> str:\n{body}\n')
+    namespace: dict = {}
+    exec(compile(code, "prompt.py", "exec"), namespace)  # our own generated code: the test pins what it returns
+    task = {"id": "t", "difficulty": "1", "question": "", "expression": "4 + 5", "answer": "9"}
+    tests = _replace_test(seed["tests/test_harness.py"], "test_prompt_is_compact_expression",
+                          f"def test_prompt_is_compact_expression():\n"
+                          f"    assert make_prompt(TASK) == {namespace['make_prompt'](task)!r}\n")
+    return {"prompt.py": code, "tests/test_harness.py": tests}
+
+
+def _prompt_operands(rng: random.Random, seed: dict) -> tuple:
+    if rng.random() < 0.5:
+        mask = rng.choice("?#_x")
+        body = f'    return "".join({mask!r} if c.isdigit() else c for c in task["expression"].replace(" ", "")) + "="'
+        what, constants = f"every digit of the expression replaced by {mask!r}", {"form": "masked", "mask": mask}
+    else:
+        body = '    return task["expression"].rsplit(" ", 1)[0].replace(" ", "") + "="'
+        what, constants = "the expression without its last operand", {"form": "last_dropped"}
+    return (_prompt_overlay(seed, body, "The policy reads the expression in a compact form."),
+            f"`prompt.make_prompt` gives {what}: the question's operands are not all in the prompt, so the answer "
+            "cannot be worked out, and the evaluator's prompt is another.",
+            "Training reward low at every level while the evaluator's prompt scores better; training prompts unlike "
+            "the evaluator's.", "The domain's canonical prompt (the compact expression and '=').", constants)
+
+
+_INSTRUCTIONS = ("Round to tens:", "Reverse the digits:", "Answer in words:", "Double it:", "Skip the sign:",
+                 "Estimate:")
+
+
+def _prompt_misleading(rng: random.Random, seed: dict) -> tuple:
+    words = rng.choice(_INSTRUCTIONS)
+    sep = rng.choice([" ", "\n"])
+    body = f'    return {words + sep!r} + task["expression"].replace(" ", "") + "="'
+    return (_prompt_overlay(seed, body, "The policy reads an instruction, then the compact expression."),
+            f"`prompt.make_prompt` puts {words!r} before the expression: an instruction that asks for another answer "
+            "than the evaluator scores, and a prompt unlike the evaluator's.",
+            "Training prompts unlike the evaluator's; training reward and dev accuracy moving apart.",
+            "The domain's canonical prompt.", {"instruction": words})
+
+
+def _prompt_format(rng: random.Random, seed: dict) -> tuple:
+    marker = rng.choice([" =", "=?", "->", " is", ":", "==", "= ?"])
+    body = f'    return task["expression"].replace(" ", "") + {marker!r}'
+    return (_prompt_overlay(seed, body, "The policy reads the compact expression and an answer marker."),
+            f"`prompt.make_prompt` ends the expression with {marker!r} where the evaluator's prompt ends with '=': "
+            "what trains is answered after another marker than what is evaluated.",
+            "Training prompts unlike the evaluator's; training's verified share and dev accuracy moving apart.",
+            "The domain's canonical prompt (ending with '=').", {"marker": marker})
+
+
+# --- curriculum -------------------------------------------------------------------------------------------------------
+def _curriculum_zero(rng: random.Random, seed: dict) -> tuple:
+    zero = sorted(rng.sample(LEVELS, rng.randint(1, len(LEVELS) - 1)))
+    yaml = seed["harness.yaml"]
+    weights = {}
+    for level in LEVELS:
+        weights[level] = 0.0 if level in zero else round(rng.uniform(0.5, 2.0), 2)
+        yaml = _set(yaml, f"curriculum_weights.{level}", f"{weights[level]}")
+    return ({"harness.yaml": yaml},
+            f"`curriculum_weights` give levels {', '.join(zero)} weight 0: they are never sampled, and the seed's "
+            "curriculum keeps the configured weights, so they stay at 0.",
+            "Rollouts of some levels only; held-out accuracy on the others drifting; groups of the sampled levels "
+            "often all right or all wrong.", "Positive weight on every level that gives mixed groups.",
+            {"weights": weights})
+
+
+def _curriculum_skew(rng: random.Random, seed: dict) -> tuple:
+    ratio = round(10 ** rng.uniform(1.3, 2.3))
+    if rng.random() < 0.5:
+        level = rng.choice(LEVELS)
+        body = (f'FOCUS = "{level}"\n\n\ndef weights(levels: list[str], base: dict[str, float], history: dict[str, '
+                f'dict]) -> dict[str, float]:\n    return {{lv: float(base.get(lv, 1.0)) * ({ratio} if lv == FOCUS '
+                f'else 1.0) for lv in levels}}\n')
+        what, constants = f"level {level} {ratio} times its configured weight", {"form": "fixed", "level": level,
+                                                                                 "ratio": ratio}
+    else:
+        body = (f'def weights(levels: list[str], base: dict[str, float], history: dict[str, dict]) -> dict[str, '
+                f'float]:\n    seen = {{lv: h["reward_mean"] for lv, h in history.items() if lv in levels}}\n'
+                f'    hardest = min(seen, key=seen.get) if seen else levels[-1]\n'
+                f'    return {{lv: float(base.get(lv, 1.0)) * ({ratio} if lv == hardest else 1.0) for lv in levels}}\n')
+        what, constants = (f"the level with the lowest reward last phase {ratio} times its configured weight",
+                           {"form": "hardest", "ratio": ratio})
+    code = ('"""Task sampling weights per difficulty level for the next phase: ``weights(levels, base, history)``.\n\n'
+            "``base`` is harness.yaml's curriculum_weights; ``history`` maps each level to what the last phase saw "
+            "there.\nIts fields, and the rules the weights must follow: EvoTrainer's harness_repo/README.md, "
+            '"curriculum.py".\nThe harness concentrates practice on one level.\n"""\n\n' + body)
+    return ({"curriculum.py": code},
+            f"`curriculum.weights` gives {what}: nearly every training task comes from one level.",
+            "Rollouts nearly all of one level; the other levels' held-out accuracy drifting; many dead groups if "
+            "that level is too hard or too easy.",
+            "A curriculum that samples every level (the configured weights unchanged, or weights by reward "
+            "spread).", constants)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    layer: str
+    mechanism: tuple[str, ...]  # registered failure modes (agents.modes; a test holds them) that name it
+    make: Callable[[random.Random, dict], tuple]
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in [
+    Family("lr_high", "knobs", ("accuracy_regression", "training_decline", "entropy_collapse"), _lr_high),
+    Family("lr_low", "knobs", ("policy_stalled",), _lr_low),
+    Family("budget_short", "knobs", ("truncation", "correct_but_truncated", "train_eval_mismatch"), _budget_short),
+    Family("temperature_low", "knobs", ("dead_groups", "policy_stalled"), _temperature_low),
+    Family("temperature_high", "knobs", ("format_failures", "dead_groups", "training_decline"), _temperature_high),
+    Family("group_small", "knobs", ("dead_groups", "policy_stalled"), _group_small),
+    Family("beta_large", "knobs", ("policy_stalled",), _beta_large),
+    Family("grad_clip_tiny", "knobs", ("policy_stalled",), _grad_clip_tiny),
+    Family("lenient", "rewards", ("reward_disagreement",), _lenient),
+    Family("bonus", "rewards", ("reward_disagreement", "length_growth"), _bonus),
+    Family("strict", "rewards", ("reward_disagreement",), _strict),
+    Family("filter_share", "filters", ("over_filtering",), _filter_share),
+    Family("filter_class", "filters", ("over_filtering", "dead_groups"), _filter_class),
+    Family("prompt_operands", "prompt", ("train_eval_mismatch",), _prompt_operands),
+    Family("prompt_misleading", "prompt", ("train_eval_mismatch",), _prompt_misleading),
+    Family("prompt_format", "prompt", ("train_eval_mismatch",), _prompt_format),
+    Family("curriculum_zero", "curriculum", ("dead_groups",), _curriculum_zero),
+    Family("curriculum_skew", "curriculum", ("dead_groups",), _curriculum_skew),
+    Family("selftest_pinned", "selftest", ("reward_disagreement",), _selftest_pinned),
+]}
+
+
+# --- drawing ----------------------------------------------------------------------------------------------------------
+def is_name(name: str) -> bool:
+    """A generated defect's name (``gen-S-k``)."""
+    return bool(_NAME.match(name))
+
+
+def parse_spec(spec: str) -> list[str] | None:
+    """``generated:N[@SEED]`` -> the names of its N defects; None for a text of another form; ValueError (one line)
+    for N < 1."""
+    m = _SPEC.match(spec.strip())
+    if not m:
+        return None
+    n, seed = int(m.group(1)), int(m.group(2) or 0)
+    if n < 1:
+        raise ValueError(f"{spec}: draw at least one defect ({SPEC}:N[@SEED], N >= 1)")
+    return [f"{PREFIX}-{seed}-{k}" for k in range(n)]
+
+
+def draw(name: str, family: str | None = None) -> Defect:
+    """The defect called ``name`` (``gen-S-k``): its family (``family`` forces one, for tests), constants and files.
+    ValueError (one line) for another name."""
+    m = _NAME.match(name)
+    if not m:
+        raise ValueError(f"{name!r} is no generated defect (gen-SEED-K, or --faults {SPEC}:N[@SEED])")
+    seed, k = int(m.group(1)), int(m.group(2))
+    order = list(LAYERS)
+    random.Random(f"evotrainer-generated-{seed}").shuffle(order)
+    rng = random.Random(f"evotrainer-generated-{seed}-{k}")
+    layer = order[k % len(order)]
+    fam = FAMILIES[family] if family else rng.choice([f for f in FAMILIES.values() if f.layer == layer])
+    files, wrong, see, removes, constants = fam.make(rng, _seed())
+    return Defect(name, fam.name, fam.layer, fam.mechanism, files, wrong, see, removes, constants)
+
+
+def write(defect: Defect, folder: Path) -> Path:
+    """The defect as a catalogue folder: its overlay files and CARD.md."""
+    for rel, text in defect.files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+    (folder / "CARD.md").write_text(defect.card())
+    return folder
+
+
+def folder(name: str) -> Path:
+    """The defect's folder, written once per content under the temporary directory (the name decides the content,
+    so the folder is a cache: a changed generator writes a new one)."""
+    defect = draw(name)
+    digest = hashlib.sha256(defect.card().encode() + repr(sorted(defect.files.items())).encode()).hexdigest()[:12]
+    root = Path(tempfile.gettempdir()) / f"evotrainer-generated-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    dest = root / f"{name}-{digest}"
+    if not (dest / "CARD.md").is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}-"))
+        write(defect, stage)
+        try:
+            os.rename(stage, dest)
+        except OSError:  # another process wrote it first: the same content
+            import shutil
+
+            shutil.rmtree(stage, ignore_errors=True)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> None:
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    n, seed = (int(args[0]) if args else len(LAYERS)), (int(args[1]) if len(args) > 1 else 0)
+    for name in parse_spec(f"{SPEC}:{n}@{seed}"):
+        d = draw(name)
+        print(f"{name:10} {d.layer:10} {d.family:18} {' '.join(d.wrong.split())[:90]}")
+
+
+if __name__ == "__main__":
+    main()
