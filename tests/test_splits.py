@@ -126,8 +126,8 @@ def test_keep_discard_keeps_on_dev(tmp_path: Path):
     assert events == [("keep_discard", {"phase": 2, "branch": "c1", "kept": True, "accuracy": [0.25, 0.40]})]
 
 
-DECISIONS = ("candidate", "verdict", "trial", "promoted", "not_promoted", "realized_effect", "rollback",
-             "rolled_back", "keep_discard")
+DECISIONS = ("candidate", "verdict", "race", "trial", "promoted", "not_promoted", "realized_effect",
+             "rollback", "rolled_back", "keep_discard")
 
 
 def _decisions(run: Path) -> list[dict]:

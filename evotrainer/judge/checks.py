@@ -14,13 +14,20 @@ compare its decisions with it:
     diagnostic:<name>     every diagnostic registered on main stays within its alert threshold
     replay_time           the replay stays within its time budget
     effect                the edit changes training updates (else rejected as "no effect", before any trial)
-    trial:probe_accuracy  the decision (with trials on): from the current checkpoint main and the candidate train
-                          the same short budget with the same seeds and tasks; the candidate's accuracy gain on the
-                          dev split's probe, paired per task and seed, must clear zero at the round's level
-                          (``phase_level``: 95% at the defaults, one trial a phase; a trial the trainer could not run
-                          fails it with the trainer's words and no accuracy): superiority, whatever the edit moved
+    trial:probe_accuracy  the decision (with trials on): the race's confirmation (``loop/backtest.py`` runs the race:
+                          a screen by successive halving, then its survivor's confirmation at seeds the screen did not
+                          use). From the current checkpoint main and the candidate train the same short budget with
+                          the same seeds and tasks; the candidate's accuracy gain on the dev split's probe, paired per
+                          task and seed, must clear zero at the phase's level (``phase_level``: 95% at the defaults,
+                          one confirmation a round; a trial the trainer could not run fails it with the trainer's
+                          words and no accuracy): superiority, whatever the edit moved (:func:`confirm`)
+    trial:answers_changed instead of the decision: neither arm changed at least ``MIN_ANSWERS_CHANGED`` (1%) of its
+                          probe answers since the checkpoint both trained from, so the trial is uninformative and
+                          promotes nothing, whatever its gain (:func:`answers_check`)
     trial:sandbox_attempts  instead of the decision: while training in its trial arms, the candidate's harness code
-                          tried a forbidden operation main's did not (named)
+                          tried a forbidden operation main's did not (named; :func:`new_attempts`)
+    race:screen           the screen's word on an entrant (``loop/backtest.py``): failed, the rung it lost at and its
+                          paired gain over main; passed, it won the screen and went on to its confirmation
     safety checks         harness_tree, variable, prompts, ... (``safety.py``, which lists them)
 
 With trials on, the targeted metric does not decide at all: every edit moves its own target by construction (a group

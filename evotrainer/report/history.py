@@ -17,7 +17,7 @@ from evotrainer.contracts import NOT_JUDGED, PhaseResult
 from evotrainer.harness.repo import HarnessRepo, parse_trailers
 from evotrainer.rundir import RunDir
 
-UNJUDGED = "not judged"  # verdict and state of a candidate with a NOT_JUDGED note (another passed first, trials spent)
+UNJUDGED = "not judged"  # verdict and state of a candidate with a NOT_JUDGED note (a full race; another passed first)
 
 
 def phase_results(rd: RunDir) -> list[PhaseResult]:
@@ -104,7 +104,7 @@ def decided(state: str, report: dict | None, reasons: list[str] | None = None) -
     """The one reason that decided a candidate: for a rejection its first failed check (the report's first reason:
     reasons are the failed checks in order); for a pass, "promoted" (or "not promoted") and the A/B trial's gain in
     probe accuracy when one ran ("promoted, trial +3.1%"), else the report's summary; for a candidate left unjudged,
-    why (its ``reasons``: another passed first, or the round's trials were spent)."""
+    why (its ``reasons``: the round's race was full, or with trials off another passed first)."""
     if not report:
         return f"{UNJUDGED}: {(reasons or ['?'])[0]}" if state == UNJUDGED else "not judged yet"
     reasons = report.get("reasons") or []
