@@ -88,8 +88,13 @@ class HeuristicEngineer:
     def _seen(ctx: EngineerContext, d: Diagnosis, cache: dict) -> dict:
         """What a move reads beside the files and knobs: the diagnosis it answers, the phase's levels, the domain's
         levels, what an undo needs (the repo, the base, the promotions) and the round's shared cache."""
-        return {"level_stats": ctx.level_stats, "diagnosis": d, "levels": get_domain(ctx.domain).levels,
-                "repo": ctx.repo, "base_sha": ctx.base_sha, "promotions": ctx.promotions, "cache": cache}
+        if "levels" not in cache:
+            try:
+                cache["levels"] = get_domain(ctx.domain).levels
+            except ValueError:  # a domain the evaluator does not know: the levels harness.yaml and the phase name
+                cache["levels"] = []
+        return {"level_stats": ctx.level_stats, "diagnosis": d, "levels": cache["levels"], "repo": ctx.repo,
+                "base_sha": ctx.base_sha, "promotions": ctx.promotions, "cache": cache}
 
     def _moves(self, d: Diagnosis, ctx: EngineerContext, files: dict[str, str], skills: list[Skill], used: set[str],
                cache: dict) -> Iterator[tuple[Intervention, list[str], dict[str, str]]]:
