@@ -243,8 +243,8 @@ class BacktestConfig(_Section):
         "round costs, in generated batches, per rung of the screen (screen_steps x screen_seeds) x (survivors + 1 "
         "for main), the survivors halving (rounded down) until one is left, then 2 x trial_seeds x trial_steps for "
         "the confirmation: at the defaults 80 for one entrant (as one A/B trial), 30 + 80 for 2, 40 + 80 for 3, "
-        "50 + 30 + 80 for 4. The Engineer makes at most evolution.max_candidates a round, so this binds only above "
-        "it")
+        "50 + 30 + 80 for 4. The Engineer makes at most evolution.max_candidates a round (3 by default), so this binds "
+        "only when that is larger")
     screen_steps: int = Field(
         10, ge=1, description="generated batches each arm of the race's screen trains from the current checkpoint "
         "(half a confirmation's arm at the defaults: the screen only ranks, on seeds the confirmation does not use)")
