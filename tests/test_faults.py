@@ -278,3 +278,63 @@ def test_no_agent_module_can_read_a_defect_s_card_or_family():
         text = path.read_text()
         found = [b for b in banned if b in text]
         assert not found, f"{path.relative_to(ROOT)} imports {found}"
+
+
+KNOB_WAY = {"lr_high": ("learning_rate", 1), "lr_low": ("learning_rate", -1), "budget_short": (
+    "max_completion_length", -1), "temperature_low": ("temperature", -1), "temperature_high": ("temperature", 1),
+    "group_small": ("group_size", -1), "beta_large": ("beta", 1), "grad_clip_tiny": ("max_grad_norm", -1)}
+
+
+def _sample(completion: str, answer: str) -> dict:
+    task = {"id": "t", "difficulty": "3", "question": "", "expression": "", "answer": answer}
+    return {"prompt": "", "completion": completion, "task": task, "truncated": False,
+            "completion_tokens": len(completion)}
+
+
+@pytest.mark.parametrize("family", sorted(generated.FAMILIES))
+def test_every_generated_family_does_what_its_card_says(family: str, tmp_path: Path):
+    """Checked from outside the harness, as the catalogue's mechanisms are: a knob moved the card's way, a reward
+    that credits what the verifier rejects (or rejects what it accepts, or pays a bonus above a right answer's
+    weight), filters that drop signal, a prompt that is not the evaluator's, a curriculum that starves levels."""
+    fam, verify, seed = generated.FAMILIES[family], MathDomain().verify, read_knobs(seed_dir("math"))
+    for k in range(3):
+        dest = tmp_path / f"h{k}"
+        d = generated.draw(f"gen-12-{k}", family=family)
+        shutil.copytree(seed_dir("math"), dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        generated.write(d, dest)
+        knobs = read_knobs(dest)
+        if fam.layer == "knobs":
+            key, way = KNOB_WAY[family]
+            assert (getattr(knobs, key) - getattr(seed, key)) * way > 0, (family, d.constants)
+        elif family in ("lenient", "selftest_pinned"):
+            correct = _module(dest / "rewards.py", f"rewards{k}").COMPONENTS["correct"]
+            probes = ["112 113", "113 or 114", "1139", "11", "114", "117", "112 113 114", "119"]
+            loose = [c for c in probes if correct(_sample(c, "113")) == 1.0 and not verify({"answer": "113"}, c)]
+            assert loose and correct(_sample("113", "113")) == 1.0, (family, d.constants)
+        elif family == "strict":
+            correct = _module(dest / "rewards.py", f"rewards{k}").COMPONENTS["correct"]
+            missed = [(c, a) for c, a in (("-5", "-5"), ("113", "113")) if correct(_sample(c, a)) == 0.0]
+            assert missed and all(verify({"answer": a}, c) for c, a in missed), (family, d.constants)
+        elif family == "bonus":
+            comps = _module(dest / "rewards.py", f"rewards{k}").COMPONENTS
+            extra = d.constants["component"]
+            wrong = _sample("12345678", "9")
+            assert knobs.reward_weights[extra] * comps[extra](wrong) > knobs.reward_weights.get("correct", 1.0)
+        elif fam.layer == "filters":
+            f = _module(dest / "filters.py", f"filters{k}")
+            groups = [[{"group_id": f"phase-1-step-{g}-{i // 8}", "completion": c, "reward": float(i % 8 < g % 9),
+                        "completion_tokens": len(c), "truncated": False} for i, c in
+                       enumerate(["-12", "113", "7", "45"] * 2)] for g in range(40)]
+            kept = sum(f.keep_group(grp) and f.keep_rollout(r) for grp in groups for r in grp)
+            assert kept < 0.8 * 8 * len(groups), (family, d.constants, kept)
+        elif fam.layer == "prompt":
+            make = _module(dest / "prompt.py", f"prompt{k}").make_prompt
+            task = MathDomain().splits(0, {"held_out": 8, "dev": 0, "rl": 0, "warmup": 0})["held_out"][5]
+            assert make(task) != MathDomain().canonical_prompt(task), (family, d.constants)
+        else:  # curriculum: some level gets at most a tenth of another's weight, whatever the history
+            weights = _module(dest / "curriculum.py", f"curriculum{k}").weights
+            history = {lv: {"n": 64, "reward_mean": 0.1 * i, "dead_group_ratio": 0.5} for i, lv in
+                       enumerate(MathDomain.levels)}
+            for h in ({}, history):
+                w = weights(list(MathDomain.levels), knobs.curriculum_weights, h)
+                assert min(w.values()) <= 0.1 * max(w.values()), (family, d.constants, w)

@@ -337,6 +337,9 @@ def collect(out: Path, faults: list[str], arms: list[str], seeds: list[int], pha
             continue
         entry = found.setdefault(fault, {"mechanism": catalogue.mechanism(fault), "family": catalogue.family(fault),
                                          "diagnosis": {}, "repair": {}, "moves": {}})
+        if generated.is_name(fault) and "drawn" not in entry:  # what was drawn: its layer and constants
+            d = generated.draw(fault)
+            entry["drawn"] = {"layer": d.layer, "constants": d.constants}
         if arm == "evotrainer":
             entry["diagnosis"][str(seed)] = diagnosis(RunDir(root).events.read("node_end"), entry["mechanism"], phases)
             entry["moves"][str(seed)] = [{**m, "predates": predates(reg, m["move"], entry["family"])}
@@ -487,7 +490,7 @@ def named_matrix(defects: dict[str, dict], clean: dict[str, dict]) -> dict[str, 
     """Confirmed failure modes (rows) against each defect and the clean seed (columns): the number of seeds whose
     evotrainer run confirmed the mode. Per defect: on how many seeds the first confirmed diagnosis was one of its
     card's modes, and on how many seeds the clean seed (same seed) confirmed none of them (specificity)."""
-    columns = {**{f: e.get("diagnosis", {}) for f, e in defects.items()}, CLEAN: clean}
+    columns = {**{f: e.get("diagnosis", {}) for f, e in defects.items()}, **({CLEAN: clean} if clean else {})}
     rows: dict[str, dict[str, int]] = {}
     for col, per in columns.items():
         for d in per.values():
@@ -572,7 +575,7 @@ def markdown(summary: dict) -> str:
     lines = [f"# evotrainer fault bench: {len(defects)} defect(s) x {len(summary['seeds'])} seed(s) x "
              f"{summary['phases']} phases", "",
              "| defect (family) | seed | oracle - static | evotrainer - static | recovery (95% CI) | repaired | "
-             "confirmed modes (first first) | promoted moves |", "|---|---|---|---|---|---|---|---|"]
+             "confirmed modes (in order) | promoted moves |", "|---|---|---|---|---|---|---|---|"]
     for fault, e in defects.items():
         for s, row in e.get("per_seed", {}).items():
             d = e.get("diagnosis", {}).get(s)
@@ -587,7 +590,7 @@ def markdown(summary: dict) -> str:
             lines.append(f"- {arm}: repaired on **{c['repaired']} of {c['of']}** defect-seeds that cost something "
                          f"(oracle - static clear of 0); mean recovery **{c['mean_recovery']:.0%}** over those "
                          f"{c['of']}, failures counted; {c['repaired_3pt']} of {c['of_3pt']} where the cost is at "
-                         f"least {MIN_COST:.0%} points.")
+                         f"least {MIN_COST * 100:.0f} points.")
     if left := counts_.get("left_out"):
         lines.append(f"- left out of the means ({len(left)} of {counts_['defect_seeds']}): " + "; ".join(left) + ".")
     if named.get("modes"):
@@ -635,10 +638,12 @@ def markdown(summary: dict) -> str:
                   "; ".join(f"{k.replace('_vs_', ' - ')}{' - static' if '_vs_' not in k else ''} "
                             f"{interval_text(v)}" for k, v in pool.items()) + "."]
     for fault, e in defects.items():
-        lines += ["", f"## {fault}", "", f"Family: {e.get('family') or '-'}. Mechanism: "
-                  f"{', '.join(e.get('mechanism') or ['-'])}." + (f" Recovery over seeds: {e['recovery_note']}."
-                                                                  if e.get("recovery_note") else ""),
-                  "", *arm_table(e["arms"])]
+        drawn = e.get("drawn")
+        head = f"Family: {e.get('family') or '-'}"
+        head += f" ({drawn['layer']} layer; drawn {json.dumps(drawn['constants'])})" if drawn else ""
+        head += f". Mechanism: {', '.join(e.get('mechanism') or ['-'])}."
+        head += f" Recovery over seeds: {e['recovery_note']}." if e.get("recovery_note") else ""
+        lines += ["", f"## {fault}", "", head, "", *arm_table(e["arms"])]
         for s, d in e.get("diagnosis", {}).items():
             if d["named"]:
                 lines += ["", f"Seed {s}: confirmed after phase {d['phase']}, {d['failure_mode']}: {d['statement']}"]
