@@ -164,8 +164,9 @@ def _lr_low(rng: random.Random, seed: dict) -> tuple:
 def _budget_short(rng: random.Random, seed: dict) -> tuple:
     budget = rng.randint(1, 3)
     return ({"harness.yaml": _set(seed["harness.yaml"], "max_completion_length", str(budget))},
-            f"`max_completion_length` is {budget}: answers longer than {budget - 1} characters and their end token do "
-            "not fit, so most long answers are cut and can never be right in training.",
+            f"`max_completion_length` is {budget}: an answer and its end token must fit in {budget} tokens, so only "
+            f"answers shorter than {budget} characters end; longer ones are cut, and those longer than the budget "
+            "can never be right in training.",
             "Most rollouts truncated; correct answers cut at the budget; groups of long answers all wrong.",
             "A budget that fits the longest answer and its end token.", {"max_completion_length": budget})
 
@@ -206,9 +207,12 @@ def _beta_large(rng: random.Random, seed: dict) -> tuple:
 
 
 def _grad_clip_tiny(rng: random.Random, seed: dict) -> tuple:
-    norm = 10 ** rng.uniform(-4.0, -2.0)
+    # AdamW divides a gradient's scale out, so a clip stalls training only where the clipped gradient's entries fall
+    # below Adam's epsilon (1e-8): for the tiny policy's ~6e5 parameters, a total norm under about 1e-6
+    norm = 10 ** rng.uniform(-8.0, -6.5)
     return ({"harness.yaml": _set(seed["harness.yaml"], "max_grad_norm", _fmt(norm))},
-            f"`max_grad_norm` is {_fmt(norm)}: every gradient is clipped to a sliver, so the policy barely moves.",
+            f"`max_grad_norm` is {_fmt(norm)}: every gradient is clipped to a sliver, below the optimizer's epsilon "
+            "per parameter, so each update is a small fraction of its normal size and the policy barely moves.",
             "Gradient norms always at the clip; dev answers unchanged; training reward flat.",
             "A clipping norm near the gradients' own size (a jump up).", {"max_grad_norm": norm})
 
