@@ -205,6 +205,7 @@ def test_the_summary_gives_recovery_an_exact_zero_for_an_arm_identical_to_static
     assert summary["no_harm"]["clean"]["pooled"] == {"diff": 0.0, "low": 0.0, "high": 0.0, "n": 200}
     assert set(summary["no_harm"]["clean"]["per_seed"]) == {"0", "1"}
     assert summary["named"]["modes"] == {"dead_groups": {"truncation": 1}}
+    assert summary["unregistered"] == []  # the catalogue's families ran before the register's baseline
     assert summary["named"]["first"]["truncation"] == {"seeds": 0, "of": 2}
 
     # with two phases the phase-2 confirmation counts, after phase 2
@@ -399,7 +400,9 @@ def test_a_failed_defect_seed_stays_in_the_mean_and_the_clean_seed_s_modes_are_n
     assert "mean recovery **25%** over those 3, failures counted" in table
 
 
-def test_a_generated_suite_parses_and_plans_its_runs_without_training():
+def test_a_generated_suite_parses_and_plans_its_runs_without_training(tmp_path: Path):
+    from evotrainer.harness import generated
+
     names = fb.parse_faults("generated:3")
     assert names == ["gen-0-0", "gen-0-1", "gen-0-2"] and fb.parse_faults("generated:2@5") == ["gen-5-0", "gen-5-1"]
     assert fb.parse_faults("truncation,generated:2@5,gen-5-1") == ["truncation", "gen-5-0", "gen-5-1"]
@@ -408,6 +411,14 @@ def test_a_generated_suite_parses_and_plans_its_runs_without_training():
         f"gen-0-1/{a}-seed0" for a in ("static", "evotrainer", "keep_discard")}
     cfgs = fb.configs(runs, 3, None, SMALL)
     assert cfgs["gen-0-2/static-seed0"].fault == "gen-0-2" and cfgs["clean/oracle-seed0"].fault is None
+    out = tmp_path / "b"  # a generated defect's summary: its family, what was drawn, and the register's say
+    for rel in ("clean/oracle-seed0", "gen-0-1/static-seed0", "gen-0-1/evotrainer-seed0"):
+        _write_results(out / rel, [_final(set(range(50 + 20 * ("oracle" in rel))))])
+    got = fb.collect(out, ["gen-0-1"], ["static", "evotrainer", "oracle"], [0], 1)
+    drawn = generated.draw("gen-0-1")
+    entry = got["defects"]["gen-0-1"]
+    assert entry["family"] == drawn.family and entry["drawn"] == {"layer": drawn.layer, "constants": drawn.constants}
+    assert got["unregistered"] == [drawn.family] and entry["per_seed"]["0"]["cost"]
     for bad, says in (("generated:0", "draw at least one defect"), ("gen-0", "unknown fault"),
                       ("generated:x", "unknown fault")):
         with pytest.raises(C.ConfigError, match=says):

@@ -346,7 +346,11 @@ def collect(out: Path, faults: list[str], arms: list[str], seeds: list[int], pha
                                          for m in promoted_moves(RunDir(root), phases)]
         if arm in EVOLVING:
             entry["repair"].setdefault(arm, {})[str(seed)] = repair(RunDir(root), fault, phases)
-    return summarize(by, seeds, phases, found)
+    summary = summarize(by, seeds, phases, found)
+    if reg is not None:  # a family run here for the first time goes into the register before any move it suggests
+        listed = set(reg.get("before_baseline") or []) | {e.get("family") for e in reg.get("later") or []}
+        summary["unregistered"] = sorted({e["family"] for e in found.values() if e.get("family")} - listed)
+    return summary
 
 
 # --- the comparison ----------------------------------------------------------------------------------------------
@@ -593,6 +597,9 @@ def markdown(summary: dict) -> str:
                          f"least {MIN_COST * 100:.0f} points.")
     if left := counts_.get("left_out"):
         lines.append(f"- left out of the means ({len(left)} of {counts_['defect_seeds']}): " + "; ".join(left) + ".")
+    if fresh := summary.get("unregistered"):
+        lines.append(f"- families without a first run in docs/fault-register.yaml: {', '.join(fresh)} (append it "
+                     "there, before writing any move this run suggests).")
     if named.get("modes"):
         cols = named["columns"]
         lines += ["", "## Named: confirmed failure modes (seeds) by defect and the clean seed", "",
