@@ -13,7 +13,7 @@ implementation (offline, no LLM); any other value is a litellm model and the rol
 falling back to the built-in one per its ``fallbacks``. The interfaces take and return the pydantic contracts of
 ``evotrainer.contracts``, never free text, so an LLM-backed implementation can stand in for any role; the
 interfaces and the evidence they read are in ``roles.py``. Beside them: ``modes.py`` (the one registry of failure
-modes), ``playbook.py`` (the built-in Engineer's moves) with ``knob_moves.py`` (its table of harness.yaml knob moves),
+modes), ``playbook.py`` (the built-in Engineer's moves) with ``knob_moves.py`` (its table of harness.yaml knob moves) and ``move_kit.py`` (what every move is built from),
 ``edits.py`` (the LLM Engineer's search/replace blocks), ``evidence_tools.py`` (the LLM roles' SQL over rollouts),
 ``domains/`` (edits that know one domain's answer format). This module only builds the roles (:func:`build_agents`).
 """

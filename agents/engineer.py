@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from agents.playbook import UNDO, Intervention, concrete, for_domain, layer_of
+from agents.move_kit import Intervention, layer_of
+from agents.playbook import UNDO, concrete, for_domain
 from agents.roles import EngineerContext, urgency
 from evotrainer.contracts import Candidate, Diagnosis, Skill
 from evotrainer.domains import get_domain

@@ -24,7 +24,7 @@ from typing import Callable, get_args
 from pydantic import ValidationError
 
 from agents.diagnostician import UNCUT_LENGTH
-from agents.playbook import (EVALUATOR_BUDGET, STALLED, Files, Intervention, cited, collapsed, fmt, same_function,
+from agents.move_kit import (EVALUATOR_BUDGET, STALLED, Files, Intervention, cited, collapsed, fmt, same_function,
                              set_yaml_scalar, stalled_with_signal)
 from evotrainer.domains.neutral import KEEP_ALL
 from evotrainer.harness.knobs import Knobs

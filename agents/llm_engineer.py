@@ -23,7 +23,7 @@ from agents.edits import Block, apply_blocks
 from agents.engineer import HeuristicEngineer, commit
 from agents.librarian import how_of
 from agents.llm import LLMRole, UseBuiltin
-from agents.playbook import layer_of
+from agents.move_kit import layer_of
 from evotrainer.contracts import Candidate, Diagnosis, Skill
 from evotrainer.harness.edits import subtraction_problem
 from evotrainer.harness.repo import seed_dir

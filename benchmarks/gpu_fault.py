@@ -46,7 +46,7 @@ def faulty_harness(dest: Path) -> Path:
     """The chat seed harness with the bare-integer reward, in ``dest`` (its own tests adjusted to the defect, as a
     user's flawed harness would pass its own tests)."""
     from evotrainer.harness.repo import seed_dir
-    from agents.playbook import replace_function
+    from agents.move_kit import replace_function
 
     src = seed_dir("math", "math_chat")
     shutil.rmtree(dest, ignore_errors=True)

@@ -81,7 +81,7 @@ def test_the_budget_move_fits_what_the_policy_writes_uncut_and_at_least_doubles(
     the evaluator's own budget), now and for the starting policy, the longer cited; the Engineer's budget move takes
     the smallest power of two that holds it, at least double the budget, at most ``MAX_BUDGET``."""
     from agents.diagnostician import UNCUT_LENGTH
-    from agents.playbook import set_yaml_scalar
+    from agents.move_kit import set_yaml_scalar
 
     rows = rollouts([[("9", True), ("1+1+", False)] * 4 for _ in range(60)], truncated=True)
     ev = _evidence(rows, repo)
@@ -250,7 +250,7 @@ def test_reweighting_a_curriculum_gives_a_level_it_never_sampled_a_weight(repo):
     knobs = Knobs(**{**read_knobs(repo.path).model_dump(),
                      "curriculum_weights": {"1": 0.0, "2": 0.0, "3": 1.0, "4": 0.0}})
     reweight = next(i for i in for_domain("math") if i.name == "reweight_curriculum")
-    from agents.playbook import set_yaml_entry
+    from agents.move_kit import set_yaml_entry
 
     text = repo.show_file("main", "harness.yaml")
     for level, weight in knobs.curriculum_weights.items():
@@ -272,7 +272,7 @@ def test_a_curriculum_that_withholds_levels_is_repaired_before_shaping_the_dead_
     what the curriculum picks, so restoring the withheld levels is the Engineer's first answer to them, ahead of
     filters and partial credit that would only mask the symptom. With every level sampled the playbook's order
     stands."""
-    from agents.playbook import set_yaml_entry
+    from agents.move_kit import set_yaml_entry
 
     weights = {"1": 0.0, "2": 1.0, "3": 1.0, "4": 0.0} if withheld else {"1": 1.0, "2": 1.0, "3": 1.0, "4": 1.0}
     text = repo.show_file("main", "harness.yaml")

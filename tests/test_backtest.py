@@ -218,7 +218,7 @@ def test_a_curriculum_edit_that_brings_back_levels_the_rollouts_never_held_is_no
     """Main samples only level 4, so the retained rollouts hold level 4 alone. An edit that gives levels 1-3 weight
     again changes what training samples (the RL pool has every level), though no retained rollout trains otherwise:
     it must reach its trial, not be rejected as "no effect"."""
-    from agents.playbook import set_yaml_entry
+    from agents.move_kit import set_yaml_entry
     from evotrainer.rollouts import level_history
     from tests.conftest import task
 

@@ -19,8 +19,8 @@ import yaml
 from agents import modes
 from agents.diagnostician import UNCUT_LENGTH
 from agents.knob_moves import KNOBS, stepped
-from agents.playbook import (EVALUATOR_BUDGET, UNDO, ZERO_ADVANTAGE, concrete, find, for_domain, repairs_by_mode,
-                             set_yaml_entry, set_yaml_scalar)
+from agents.move_kit import EVALUATOR_BUDGET, ZERO_ADVANTAGE, set_yaml_entry, set_yaml_scalar
+from agents.playbook import UNDO, concrete, find, for_domain, repairs_by_mode
 from evotrainer.contracts import Diagnosis, MetricEvidence
 from evotrainer.domains import get_domain
 from evotrainer.domains.neutral import forms

@@ -23,8 +23,9 @@ from __future__ import annotations
 import ast
 
 from agents.diagnostician import CREDITS_WRONG, MISSES_RIGHT
-from agents.playbook import (Files, Intervention, cited, component_functions, marker, reads_the_answer,
-                             replace_function, reward_component)
+from agents.move_kit import (Files, Intervention, cited, component_functions, marker, reads_the_answer,
+                             replace_function)
+from agents.playbook import reward_component
 from evotrainer.domains.math import _FINAL as FINAL
 from evotrainer.domains.math import _INT as BARE
 from evotrainer.harness.knobs import Knobs

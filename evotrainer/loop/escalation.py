@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from agents.playbook import layer_of
+from agents.move_kit import layer_of
 from evotrainer.harness.repo import parse_trailers
 from evotrainer.contracts import PhaseResult
 from evotrainer.loop.resume import below_best
