@@ -1,5 +1,5 @@
 # EvoTrainer — set-up and the two entry points of the README.
-#   make demo   create .venv (CPU stack), then a short run that repairs a planted harness defect (evotrainer demo)
+#   make demo   create .venv (CPU stack), then a short run that evolves a harness with a planted defect (evotrainer demo)
 #   make test   create .venv, then run the test suite (what .ci/run runs)
 # Set-up prefers uv (about 10x faster than pip) and falls back to pip. Torch stays on its CPU build through
 # constraints/cpu.txt; a folder of local wheels named by PIP_FIND_LINKS is searched first.
