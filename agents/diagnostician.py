@@ -35,6 +35,7 @@ import math
 import agents.modes as modes
 from agents.roles import PhaseEvidence
 from evotrainer.contracts import Diagnosis, EvalResult, MetricEvidence
+from evotrainer.judge.checks import MIN_ANSWERS_CHANGED
 from evotrainer.metrics import (accuracy_change, quarter_shift, rate_evidence, ratio_evidence, unpaired_margin,
                                 wilson)
 from evotrainer.rollouts import groups_of, is_dead
@@ -55,10 +56,10 @@ THRESHOLDS = {
     "disagreement_share": 0.5,  # of the right answers (or of the rewarded ones): scale-free when few are right
     "length_growth": 0.5,
     "entropy_drop": 0.10,  # of the first quarter's entropy, within one phase, with no reward gain to show for it
-    # the share of dev items whose verdict changed over a phase under which the policy counts as not moving: issue
-    # 40's bar for a trial that moved anything (fewer than 1% of probe items changing is uninformative), so a policy
-    # the rule calls stalled is one a trial could not tell from its starting point either
-    "stalled_changed_share": 0.01,
+    # the share of dev items whose verdict changed over a phase under which the policy counts as not moving: the
+    # gate's own bar for a trial that moved anything (judge.checks.MIN_ANSWERS_CHANGED), so a policy the rule calls
+    # stalled is one a trial could not tell from its starting point either
+    "stalled_changed_share": MIN_ANSWERS_CHANGED,
 }
 # train_eval_mismatch's budget channel reads the share of training's right answers that the evaluator's budget cuts
 # to a wrong one against correct_truncated_rate: the same quantity (right answers lost to a budget) for the other
