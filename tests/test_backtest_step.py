@@ -574,6 +574,24 @@ def test_a_screen_winner_that_does_not_clear_superiority_is_not_promoted(racing:
     assert race["confirmation"]["replicates"] == [1, 2] and not race["confirmation"]["passed"]
 
 
+def test_screen_seeds_sets_the_replicates_each_rung_adds(racing: RunDir):
+    """backtest.screen_seeds=2: the one rung of a two-entrant screen trains both entrants and main at replicates 0
+    and 1, and the survivor's confirmation starts at replicate 2 (fresh seeds after the screen's)."""
+    def probes(name):
+        return lambda replicate, steps: gained({"p": 30, "q": 0}[name] if steps == 3 else 60)
+
+    state, reports, cands, trainer, events = race_round(racing, ["p", "q"], probes,
+                                                        overrides=["backtest.screen_seeds=2"])
+    screened: dict[str, set[int]] = {}
+    for sha, rep, steps in trainer.piloted:
+        if steps == 3:
+            screened.setdefault(sha, set()).add(rep)
+    assert len(screened) == 3 and all(reps == {0, 1} for reps in screened.values())  # both entrants and main
+    assert reports[cands["q"].branch].verdict == "reject" and reports[cands["p"].branch].verdict == "promote"
+    race = next(e for e in events if e["kind"] == "race")
+    assert race["screen_replicates"] == 2 and race["confirmation"]["replicates"] == [2, 3]
+
+
 def test_a_single_entrant_skips_the_screen_and_one_that_misbehaves_in_it_leaves(racing: RunDir):
     """A lone entrant goes straight to its confirmation at replicates 0 and 1. In a screen, an entrant whose code
     tried a forbidden operation while it trained leaves at once, named, whatever its gain."""
