@@ -175,6 +175,9 @@ class BacktestReport(_Model):
     runtime_s: float
     rollouts: int = Field(description="retained rollouts the replay ran on")
     sandbox: str = Field(description="which sandbox ran the harness code")
+    signature: str | None = Field(None, description="what its replay says training does with it, hashed "
+                                  "(judge.checks.training_signature): two candidates with one signature train alike, "
+                                  "and only the first races; None when not replayed")
 
 
 class Promotion(_Model):

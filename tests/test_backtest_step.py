@@ -476,15 +476,20 @@ def gained(k: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def racing(tmp_path_factory) -> RunDir:
-    """A run whose rounds race: confirmations of 5 batches x 2 seeds, a screen of 3 batches x 1 seed a rung."""
+    """A run whose rounds race: up to 4 entrants, confirmations of 5 batches x 2 seeds, a screen of 3 batches x 1 seed
+    a rung."""
     return make_run(tmp_path_factory.mktemp("race") / "run", ["backtest.trial_steps=5", "backtest.trial_seeds=2",
-                                                              "backtest.screen_steps=3", "backtest.screen_seeds=1"])
+                                                              "backtest.screen_steps=3", "backtest.screen_seeds=1",
+                                                              "backtest.race_entrants=4"])
 
 
-def race_round(rd: RunDir, names: list[str], probes, attempts=None, overrides: list[str] = ()):
+def race_round(rd: RunDir, names: list[str], probes, attempts=None, overrides: list[str] = (), alike: bool = False):
     """The backtest step on a round of numeric-match candidates (each passes the replay checks) named ``names``,
     against a scripted trainer (``probes(name)``: the candidate's probe, as for ``_Trainer``); phase 1's dev result
-    carries the start's answers (``MAIN``). (state, reports, candidates by name, trainer, events of the round)."""
+    carries the start's answers (``MAIN``). (state, reports, candidates by name, trainer, events of the round).
+    The k-th candidate also samples at temperature 1 + 0.05 k, so that none trains exactly as another (the race
+    takes one of those: ``training_signature``); with ``alike`` each differs from the first by a comment only, so
+    all train alike."""
     from evotrainer import config as C
     from evotrainer.contracts import EvalResult, PhaseResult
 
@@ -492,8 +497,11 @@ def race_round(rd: RunDir, names: list[str], probes, attempts=None, overrides: l
     rt.cfg = C.apply_overrides(rt.cfg, list(overrides))
     before = len(rd.events_path.read_text().splitlines())
     try:
-        cands = {n: candidate(rt.repo, n, {"rewards.py": NUMERIC_REWARDS + f"# {n}\n"}, "rewards.correct")
-                 for n in names}
+        knobs = rt.repo.show_file("main", "harness.yaml")
+        assert "temperature: 1.0 " in knobs
+        cands = {n: candidate(rt.repo, n, {"rewards.py": NUMERIC_REWARDS + f"# {n}\n"} if alike else {
+            "harness.yaml": knobs.replace("temperature: 1.0 ", f"temperature: {1 + 0.05 * (k + 1):.2f} ")},
+            "rewards.correct" if alike else "harness.yaml:temperature") for k, n in enumerate(names)}
         rt.trainer = _Trainer({c.sha: probes(n) for n, c in cands.items()},
                               attempts={cands[n].sha: a for n, a in (attempts or {}).items()})
         dev = EvalResult(accuracy=0.5, n=2000, answers=answers(MAIN))
@@ -608,3 +616,21 @@ def test_a_single_entrant_skips_the_screen_and_one_that_misbehaves_in_it_leaves(
     sly = reports[cands["sly"].branch]
     assert sly.verdict == "reject" and sly.reasons[0].startswith("trial:sandbox_attempts: network"), sly.reasons
     assert reports[cands["plain"].branch].verdict == "promote"
+
+
+def test_a_candidate_that_trains_exactly_as_an_earlier_one_does_not_race(racing: RunDir):
+    """Three candidates whose files differ only in a comment train alike on replay (one training signature): the
+    first goes straight to its confirmation as the round's one entrant, the other two are not judged, their notes
+    name the first, and they train nothing. Scripted to differ, they would have raced a screen of three."""
+    def probes(name):
+        return lambda replicate, steps: gained(60)
+
+    state, reports, cands, trainer, events = race_round(racing, ["a", "b", "c"], probes, alike=True)
+    a, b, c = (cands[n] for n in "abc")
+    assert list(reports) == [a.branch] and reports[a.branch].verdict == "promote"
+    assert reports[a.branch].signature is not None
+    repo = HarnessRepo(racing.harness)
+    assert [repo.note(x.sha, "not_judged")["same_as"] for x in (b, c)] == [a.branch, a.branch]
+    assert {s for s, _, _ in trainer.piloted} <= {a.sha, repo.sha("main")}
+    race = next(e for e in events if e["kind"] == "race")
+    assert [row["branch"] for row in race["entrants"]] == [a.branch] and race["screen_replicates"] == 0

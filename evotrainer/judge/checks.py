@@ -41,6 +41,8 @@ reason "could not judge: <one line>", so the run goes on.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import shutil
 import tempfile
 import time
@@ -127,7 +129,7 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
     """
     t0 = time.time()
     checks: list[Check] = []
-    noise = 0.0
+    noise, signature = 0.0, None
     with harness_worker(repo, candidate.sha, sandbox, hide) as (cand_dir, wc):
         sandbox_name = wc.backend
         try:
@@ -159,6 +161,7 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
                 checks += more
                 checks += _diag_checks(main["registry"], registry(base.worker, cand["rows"], base.tasks))
                 checks.append(effect_check(main, cand, candidate))
+                signature = training_signature(cand, repo.read(candidate.sha, "prompt.py"))
     runtime = time.time() - t0
     checks.append(Check(name="replay_time", candidate=round(runtime, 2), threshold=settings.time_budget_s,
                         passed=runtime <= settings.time_budget_s))
@@ -168,7 +171,7 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
         target_metric=candidate.target_metric, checks=checks, noise_floor=round(noise, 6),
         verdict="promote" if not reasons else "reject",
         reasons=reasons or [_summary(checks, candidate)], runtime_s=round(runtime, 2), rollouts=len(base.rollouts),
-        sandbox=sandbox_name,
+        sandbox=sandbox_name, signature=signature,
     )
 
 
@@ -228,6 +231,30 @@ _TRAINING_KNOBS = ("learning_rate", "group_size", "temperature", "max_completion
                    "updates_per_batch", "oversample")
 
 
+def _signal(rows: list[dict], beta: float) -> dict:
+    """What a replay says training updates with: (group, sample) -> the advantage of each rollout that trains with a
+    non-zero advantage (with a KL term, beta > 0, every trained one)."""
+    return {(r["group_id"], r["sample_idx"]): round(r["advantage"], 5) for r in rows
+            if r["trained"] and (beta > 0 or abs(r["advantage"]) > 1e-6)}
+
+
+def training_signature(replayed: dict, prompt_code: str | None) -> str | None:
+    """A short hash of everything a candidate's replay says training does with it: the advantages its rollouts train
+    with (:func:`_signal`), the knobs that act outside replay, the curriculum's mix after the last phase and after a
+    phase unlike it, and prompt.py's text (``prompt_code``). Two candidates with one signature run the same training
+    whatever their files say (a level given weight in harness.yaml, or by curriculum code that reads no history), so
+    racing both would judge one experiment twice (``loop.backtest.step`` races the first). None when the curriculum
+    could not be asked about the other phase: such a candidate is never taken for another."""
+    if replayed.get("mix_turned") is None:
+        return None
+    knobs = replayed["knobs"]
+    payload = json.dumps({"signal": sorted(_signal(replayed["rows"], knobs.beta).items()),
+                          "knobs": {k: getattr(knobs, k) for k in _TRAINING_KNOBS},
+                          "mix": replayed["mix"], "mix_turned": replayed["mix_turned"], "prompt": prompt_code},
+                         sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
 def effect_check(main: dict, cand: dict, candidate: Candidate) -> Check:
     """Does the edit change training updates? Rejected as "no effect" when it does not.
 
@@ -237,12 +264,7 @@ def effect_check(main: dict, cand: dict, candidate: Candidate) -> Check:
     curriculum's mix is the same and prompt.py is untouched. With a KL term (beta > 0) every trained row counts.
     """
     kb, kc = main["knobs"], cand["knobs"]
-
-    def signal(rows: list[dict], beta: float) -> dict:
-        return {(r["group_id"], r["sample_idx"]): round(r["advantage"], 5) for r in rows
-                if r["trained"] and (beta > 0 or abs(r["advantage"]) > 1e-6)}
-
-    base, new = signal(main["rows"], kb.beta), signal(cand["rows"], kc.beta)
+    base, new = _signal(main["rows"], kb.beta), _signal(cand["rows"], kc.beta)
     changed = sum(base.get(k) != new.get(k) for k in base.keys() | new.keys())
     knobs = [k for k in _TRAINING_KNOBS if getattr(kb, k) != getattr(kc, k)]
     if knobs or main["mix"] != cand["mix"] or "prompt.py" in candidate.files:

@@ -23,7 +23,7 @@ from evotrainer.harness.knobs import read_knobs
 from evotrainer.judge.scoring import batch_advantages, capacity_cut, masked, total_reward, trains
 from evotrainer.metrics import alignment, bootstrap_groups, stdev
 from evotrainer.rollouts import RATIO_FIGURES, group_parts, groups_of, harness_view, level_history, ratio
-from sandbox import HarnessWorker
+from sandbox import HarnessError, HarnessWorker
 
 
 def _batches(rows: list[dict]) -> list[list[list[dict]]]:
@@ -75,10 +75,24 @@ def replay(worker: HarnessWorker, harness_dir: Path, rollouts: list[dict], tasks
     # the levels training samples from (the RL pool's, which ``tasks`` holds), not only those the retained rollouts
     # hold: a curriculum that never sampled a level must still show a change of mix when an edit brings it back
     levels = sorted({str(t["difficulty"]) for t in tasks.values()} | {r["difficulty"] for r in rows})
-    weights = worker.curriculum(levels, knobs.curriculum_weights, level_history(rollouts))
-    total_w = sum(weights.get(lv, 0.0) for lv in levels) or 1.0
-    mix = {lv: weights.get(lv, 0.0) / total_w for lv in levels}
-    return {"rows": rows, "mix": mix, "knobs": knobs, "registry": registry(worker, rows, tasks)}
+    history = level_history(rollouts)
+    mix = _mix(worker.curriculum(levels, knobs.curriculum_weights, history), levels)
+    # the mix the curriculum would give after a phase unlike the last one (each level's reward mean turned over): two
+    # harnesses whose curricula agree on both, and on everything else replay shows, train alike (``judge.checks.
+    # training_signature``); a curriculum that adapts to the history shows it here
+    turned = {lv: {**h, "reward_mean": 1.0 - h["reward_mean"]} for lv, h in history.items()}
+    try:
+        mix_turned = _mix(worker.curriculum(levels, knobs.curriculum_weights, turned), levels)
+    except HarnessError:  # a history training never gave it: no verdict on the harness, only no signature
+        mix_turned = None
+    return {"rows": rows, "mix": mix, "mix_turned": mix_turned, "knobs": knobs,
+            "registry": registry(worker, rows, tasks)}
+
+
+def _mix(weights: dict[str, float], levels: list[str]) -> dict[str, float]:
+    """A curriculum's weights over ``levels`` as shares summing to 1."""
+    total = sum(weights.get(lv, 0.0) for lv in levels) or 1.0
+    return {lv: weights.get(lv, 0.0) / total for lv in levels}
 
 
 def registry(worker: HarnessWorker, rows: list[dict], tasks: dict[str, dict]) -> dict:

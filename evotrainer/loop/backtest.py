@@ -6,7 +6,8 @@
 1. **Replay.** Every candidate's replay checks against main (main replayed once per phase, from the evidence cache):
    the safety checks and the "effect" check. A candidate they reject spends no training.
 2. **The race** (with trials on: ``backtest.trial_steps`` > 0). The candidates that pass, in the Engineer's order and
-   at most ``backtest.race_entrants`` of them (the rest are not judged: a ``not_judged`` note each), race from the
+   at most ``backtest.race_entrants`` of them (the rest are not judged: a ``not_judged`` note each; so is one whose
+   replay trains exactly as an earlier one's, ``BacktestReport.signature``, which races for both), race from the
    phase's checkpoint, scored on the dev split's probe through the trainer service (main's arm per seed is trained
    once per phase and shared):
 
@@ -285,6 +286,8 @@ def step(rt: Runtime, state: RunState) -> dict:
                     failed[cand.branch] = could_not_judge(cand, testbed.main_sha, err, time.time() - t0)
             bar(step=i + 1, total=len(todo))
     passed = [c for c in todo if c.branch in testbed.replays and testbed.replays[c.branch].verdict == "promote"]
+    if testbed.trials:
+        passed = _distinct(passed, testbed.replays, unjudged)
     entrants = passed[:rt.cfg.backtest.race_entrants] if testbed.trials else []
     for cand in passed[len(entrants):] if testbed.trials else []:
         cap = rt.cfg.backtest.race_entrants
@@ -326,6 +329,26 @@ def step(rt: Runtime, state: RunState) -> dict:
             seen = memory.setdefault(cand.base_sha, [])
             seen += [cand.intervention] if cand.intervention not in seen else []
     return {"reports": reports, "no_effect": no_effect, "trial_lost": trial_lost}
+
+
+def _distinct(passed: list[Candidate], replays: dict[str, BacktestReport],
+              unjudged: dict[str, dict]) -> list[Candidate]:
+    """``passed`` less each candidate whose replay trains exactly as an earlier one's (one ``signature``: the same
+    advantages, knobs outside replay, curriculum mix and prompt code, ``judge.checks.training_signature``), which
+    gets a ``not_judged`` note naming it: racing both would spend a race slot and a confirmation on one experiment."""
+    first: dict[str, str] = {}
+    kept = []
+    for cand in passed:
+        sig = replays[cand.branch].signature
+        if sig is not None and sig in first:
+            unjudged[cand.branch] = {"reason": f"its replay trains exactly as {first[sig]}'s (the same advantages, "
+                                     "knobs, curriculum mix and prompt code), which races for both", "same_as":
+                                     first[sig], "signature": sig}
+            continue
+        if sig is not None:
+            first[sig] = cand.branch
+        kept.append(cand)
+    return kept
 
 
 def not_worth_retrying(report: BacktestReport) -> str | None:
