@@ -29,6 +29,7 @@ FAST = [
     "training.steps_per_phase=6", "training.prompts_per_step=4", "training.eval_size=40", "training.dev_size=40",
     "training.train_pool_size=400", "backtest.trial_steps=2", "backtest.trial_seeds=1", "backtest.probe_size=40",
     "backtest.screen_steps=1",  # the race's screen shorter than its confirmation, as at the defaults
+    "backtest.race_entrants=2",  # a screen of one rung (the halving itself: tests/test_backtest_step.py's race)
     "evolution.final_round=true",  # one-phase tests of the loop need the round after their only phase
     # the loop's every step: the fault bench's judging (a second Engineer round, the counterfactual),
     # which the defaults leave off to keep judging cheap (evotrainer.bench.faults.BUDGET)
