@@ -193,7 +193,7 @@ def main() -> None:
 
     promoted = confirmed = uninformative = 0
     gains, margins = [], []
-    tasks = {t["id"]: t for t in rd.train_tasks()} if cand else {}
+    tasks = {t["id"]: t for t in rd.harness_tasks()} if cand else {}
     for r in range(a.first, a.first + a.rounds):
         phase = 100 + r
         check, main, _ = confirm(lambda k: (pilot(main_sha, phase, k), pilot(cand_sha, phase, k + shift)),

@@ -305,7 +305,8 @@ class TasksConfig(_Section):
 
 class Config(_Section):
     name: str = Field("demo", description="name of the run")
-    domain: Literal["math"] = Field("math", description="task domain (tasks and verifier are evaluator-owned)")
+    domain: str = Field("math", description="task domain, one registered in evotrainer/domains (its tasks and "
+                        "verifier are evaluator-owned; its seed harness is harness_repo/<domain>/)")
     seed: int = Field(0, description="seed of task sampling, initialisation and training")
     phases: int = Field(2, ge=1, description="training phases in the run (the evolution budget): phases - 1 "
                         "evolution rounds, one after each phase but the last (evolution.final_round)")
@@ -331,6 +332,14 @@ class Config(_Section):
     gates: list[Literal["before_promote"]] = Field(
         default_factory=list, description="where the run waits for a person: before_promote pauses before merging "
         "into main until `evotrainer approve RUN_DIR` (or --revise \"feedback\", --abort); empty = unattended")
+
+    @field_validator("domain")
+    @classmethod
+    def _domain_is_registered(cls, v: str) -> str:
+        from evotrainer.domains import spec  # the registry: one definition of which domains exist
+
+        spec(v)
+        return v
 
     @field_validator("name")
     @classmethod

@@ -188,6 +188,13 @@ class RunDir:
         """The RL pool the harness samples from."""
         return self.tasks("rl")
 
+    def harness_tasks(self) -> list[dict]:
+        """The RL pool as harness code and the agents see it: each task through its domain's ``harness_task`` (no
+        evaluator-only field). Replay, the backtest and the Diagnostician read these; training projects the same way
+        (``trainer.hooks``, ``trainer.grpo``)."""
+        domain = get_domain(self.load_config().domain)
+        return [domain.harness_task(t) for t in self.train_tasks()]
+
     def eval_tasks(self) -> list[dict]:
         """The held-out split: it scores phases for the report and the bench, and no decision reads it."""
         return self.tasks("held_out")

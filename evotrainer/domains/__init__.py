@@ -1,16 +1,62 @@
-"""Domains: task generators plus the evaluator-owned verifier and held-out split (never part of the harness)."""
+"""Domains: each one registered unit: its evaluator (tasks in the four splits, the verifier, the canonical prompt:
+``evotrainer/domains/<name>/``, a :class:`Domain`), its seed harness (``harness_repo/<seed>/``) and what the
+framework derives from them (the Engineer's moves, the neutral forms, the reward pentest's null probes).
+
+A domain package registers itself here with one :func:`register` call (name, the module and class of its evaluator,
+its seed folder); :func:`get_domain`, :data:`DOMAINS` and the config's ``domain`` check read only this registry, so
+a new domain is one package and one line below, and every test that iterates :data:`DOMAINS` covers it. Alone::
+
+    python -c "from evotrainer.domains import DOMAINS, spec; print([spec(d) for d in DOMAINS])"
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
 
 from evotrainer.domains.base import Domain, Task
 
-DOMAINS = ("math",)  # every domain get_domain knows (tests that must hold for every domain iterate over it)
+
+@dataclass(frozen=True)
+class DomainSpec:
+    """A registered domain: ``module``'s ``cls`` is its evaluator (imported when first asked for: the trainer and
+    the harness never import a domain they do not run), ``seed`` the folder of its seed harness in harness_repo/."""
+
+    name: str
+    module: str
+    cls: str
+    seed: str
+
+
+_REGISTRY: dict[str, DomainSpec] = {}
+
+
+def register(name: str, module: str, cls: str, seed: str | None = None) -> DomainSpec:
+    """Register domain ``name`` (its seed folder is ``seed``, by default the name); a name registered twice with
+    another spec is a ValueError."""
+    new = DomainSpec(name=name, module=module, cls=cls, seed=seed or name)
+    old = _REGISTRY.setdefault(name, new)
+    if old != new:
+        raise ValueError(f"domain {name!r} is registered twice ({old.module}.{old.cls} and {module}.{cls})")
+    return new
+
+
+def spec(name: str) -> DomainSpec:
+    """The registered domain ``name``; ValueError in one line naming the registered ones."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown domain {name!r} (registered: {', '.join(_REGISTRY)})") from None
 
 
 def get_domain(name: str) -> Domain:
-    if name == "math":
-        from evotrainer.domains.math import MathDomain
-
-        return MathDomain()
-    raise ValueError(f"unknown domain {name!r} (available: {', '.join(DOMAINS)})")
+    """A fresh evaluator of the registered domain ``name``."""
+    s = spec(name)
+    return getattr(importlib.import_module(s.module), s.cls)()
 
 
-__all__ = ["DOMAINS", "Domain", "Task", "get_domain"]
+register("math", "evotrainer.domains.math", "MathDomain")
+
+DOMAINS = tuple(_REGISTRY)  # every registered domain (tests that must hold for every domain iterate over it)
+
+__all__ = ["DOMAINS", "Domain", "DomainSpec", "Task", "get_domain", "register", "spec"]

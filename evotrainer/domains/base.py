@@ -30,6 +30,26 @@ ID_PREFIX = {"held_out": "eval", "dev": "dev", "rl": "train", "warmup": "warmup"
 class Domain(ABC):
     name: str
     levels: list[str]
+    # task fields only the evaluator reads (hidden tests, a grader's private data): never in ``harness_task``
+    hidden_fields: tuple[str, ...] = ()
+
+    def harness_task(self, task: Task) -> Task:
+        """The only view of a task harness code (prompts, rewards, filters, diagnostics) and the agents ever get: the
+        task less ``hidden_fields``. Training tasks carry their answer (a reward must check it); held-out tasks never
+        reach harness code at all."""
+        return {k: v for k, v in task.items() if k not in self.hidden_fields}
+
+    def reference_completion(self, task: Task) -> str:
+        """A completion the verifier accepts for ``task``: what a correct answer earns in the reward pentest
+        (``evotrainer.judge.pentest``)."""
+        return str(task["answer"])
+
+    def null_probes(self, task: Task) -> dict[str, str]:
+        """Completions that answer nothing and must earn no reward (probe name -> completion): the reward pentest
+        rejects a reward that pays any of them at least half of what ``reference_completion`` earns. These hold for
+        any domain; a domain adds its own (a wrong answer in the right form, several answers at once, ...)."""
+        return {"empty": "", "prompt_echoed": self.canonical_prompt(task),
+                "filler": "Let me think about this step by step. I am not sure."}
 
     @abstractmethod
     def splits(self, seed: int, sizes: dict[str, int]) -> dict[str, list[Task]]:

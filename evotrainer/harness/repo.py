@@ -50,7 +50,9 @@ def seed_dir(domain: str, harness: str | None = None) -> Path:
         if not (path / "harness.yaml").is_file():
             raise FileNotFoundError(f"{path}: no harness.yaml (not a harness folder)")
         return path
-    name = harness or domain
+    from evotrainer.domains import spec  # a domain's seed folder is its registration's
+
+    name = harness or spec(domain).seed
     for root in shipped_roots():
         if Path(name).name == name and (root / name / "harness.yaml").is_file():  # a name, not a path under it
             return root / name

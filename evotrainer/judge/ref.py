@@ -128,7 +128,7 @@ def backtest_ref(run_dir, ref: str) -> Outcome:
             raise CannotJudge(f"{rd.root} has no retained rollouts yet (no phase has trained)")
         rows = spread_batches([r for p in phases for r in read_rollouts(rd.rollout_file(p))],
                               cfg.backtest.replay_batches)
-        tasks = {t["id"]: t for t in rd.train_tasks()}
+        tasks = {t["id"]: t for t in rd.harness_tasks()}
         candidate = candidate_for(repo, ref)
         how = target(trailers_of(repo, ref))[2]
     except CannotJudge as err:

@@ -54,7 +54,7 @@ class EvidenceCache:
 
     def tasks(self) -> dict[str, dict]:
         if self._tasks is None:
-            self._tasks = {t["id"]: t for t in self.rd.train_tasks()}
+            self._tasks = {t["id"]: t for t in self.rd.harness_tasks()}
         return self._tasks
 
     def main(self, sha: str, phases: list[int]) -> Baseline:

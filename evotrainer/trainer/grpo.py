@@ -201,7 +201,7 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
             weights = worker.curriculum(domain.levels, knobs.curriculum_weights, history)
             prompts_per_batch = req.training.prompts_per_step * knobs.oversample  # dynamic sampling generates more, trains P
             tasks = sample_tasks(rd.train_tasks(), weights, req.steps * prompts_per_batch, random.Random(task_seed))
-            raw_prompts = worker.prompts(tasks)
+            raw_prompts = worker.prompts([domain.harness_task(t) for t in tasks])
         if world() > 1:  # rank 0's draw is every rank's: harness code may not be deterministic across processes
             from accelerate import PartialState
             from accelerate.utils import broadcast_object_list

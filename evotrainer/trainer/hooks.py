@@ -175,19 +175,20 @@ class HarnessHooks:
 
     # TRL reward function --------------------------------------------------------------------------------------
     def __call__(self, prompts, completions, completion_ids, task_json, **_: Any) -> list[float]:
-        tasks = [json.loads(t) for t in task_json]
+        tasks = [json.loads(t) for t in task_json]  # whole: the verifier's; harness code gets harness_task's view
         samples = []
         for prompt, completion, ids, task in zip(prompts, completions, completion_ids, tasks):
             truncated = not ids or ids[-1] not in self.eos_ids
-            samples.append({"prompt": as_text(prompt), "completion": as_text(completion), "task": task, "truncated": truncated,
+            samples.append({"prompt": as_text(prompt), "completion": as_text(completion),
+                            "task": self.domain.harness_task(task), "truncated": truncated,
                             "completion_tokens": len(ids)})
         components = self.worker.score(samples)
         totals = []
-        for sample, comps in zip(samples, components):
+        for sample, task, comps in zip(samples, tasks, components):
             total = total_reward(comps, self.knobs)
             sample["reward_components"] = comps
             sample["reward"] = total
-            sample["verified"] = self.domain.verify(sample["task"], sample["completion"])  # evaluator, not harness
+            sample["verified"] = self.domain.verify(task, sample["completion"])  # evaluator, not harness
             totals.append(float(total))
         self.pending.extend(samples)
         return totals

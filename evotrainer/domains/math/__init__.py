@@ -181,6 +181,14 @@ class MathDomain(Domain):
         line = completion.lstrip().split("\n", 1)[0].rstrip(_FORGIVEN)
         return self.verify(task, completion) or self.verify(task, line)
 
+    def null_probes(self, task: Task) -> dict[str, str]:
+        """The generic probes, and math's: a wrong number in the answer's own form (the answer plus one), the wrong
+        number and the right one on the answer line together, and a run of numbers around the answer."""
+        value = int(task["answer"])
+        return {**super().null_probes(task), "wrong_answer": str(value + 1),
+                "two_answers": f"{value + 1} {value}",
+                "many_answers": " ".join(str(v) for v in range(value - 3, value + 4))}
+
     def near_miss(self, task: Task) -> str | None:
         """The right value with a period after it (``40.``): a format slip that ``verify`` rejects, as a strict
         answer format rejects a sentence's full stop."""
