@@ -1,6 +1,6 @@
 """The ``evotrainer`` command line.
 
-    evotrainer demo [RUN_DIR] [--phases 2] [--fault NAME|none]   the embedded demo: a planted defect, evolved and not
+    evotrainer demo [RUN_DIR] [--domain math] [--phases 2] [--fault NAME|none]   a planted defect, evolved and not
     evotrainer init RUN_DIR [--domain math] [--config FILE] [--set key=value ...] [--fault NAME]
     evotrainer run RUN_DIR [--phases N]         start, resume after a kill, or extend a finished run
     evotrainer status RUN_DIR [--json]          state, phase reached, held-out accuracy per phase
@@ -55,11 +55,11 @@ def _build_config(domain: str, config: Optional[Path], overrides: list[str]):
 
 
 @app.command()
-def init(run_dir: Path, domain: str = typer.Option("math", help="task domain"),
+def init(run_dir: Path, domain: str = typer.Option("math", help="task domain: a registered one (evotrainer/domains)"),
          config: Optional[Path] = typer.Option(None, help="YAML config to start from"),
          set_: list[str] = typer.Option([], "--set", help="override a config key, e.g. training.steps_per_phase=40"),
          fault: Optional[str] = typer.Option(None, help="start from the seed harness with this catalogue defect "
-                                             "planted (harness_repo/faults/; the same as --set fault=NAME)")):
+                                             "planted (harness_repo/faults/DOMAIN/; the same as --set fault=NAME)")):
     """Create a run directory: config, tasks, frozen eval split, seed harness repo."""
     try:
         cfg = _build_config(domain, config, set_)
@@ -142,8 +142,10 @@ def approve(run_dir: Path, revise: Optional[str] = typer.Option(None, help="send
 
 @app.command()
 def demo(run_dir: Path = typer.Argument(Path("runs/demo")), phases: int = typer.Option(2),
-         fault: str = typer.Option(None, help="the catalogue defect planted in the seed harness (harness_repo/faults/; "
-                                   "default: reward_hacking), or none for the clean seed"),
+         domain: str = typer.Option("math", help="task domain: a registered one (evotrainer/domains)"),
+         fault: str = typer.Option(None, help="the catalogue defect planted in the seed harness (harness_repo/faults/"
+                                   "DOMAIN/; default: the domain's demo defect, math's reward_hacking), or none for "
+                                   "the clean seed"),
          set_: list[str] = typer.Option([], "--set", help="override a config key")):
     """The embedded demo: a seed harness with one catalogue defect, evolved in RUN_DIR and left alone in
     RUN_DIR-static; prints both held-out accuracies (init each run if it does not exist)."""
@@ -153,10 +155,16 @@ def demo(run_dir: Path = typer.Argument(Path("runs/demo")), phases: int = typer.
     from evotrainer.bench.faults import BUDGET  # the demo's short runs: the fault bench's budget
 
     t0 = time.time()
-    fault = demo_mod.DEFAULT_FAULT if fault is None else fault
+    try:
+        fault = demo_mod.default_fault(domain) if fault is None else fault
+    except ValueError as err:
+        _fail(str(err))
     planted = fault.lower() != "none"
     if planted:
         try:
+            from evotrainer.harness.faults import check_domain
+
+            check_domain(domain, fault)
             console.print(f"[bold]This demo plants a defect in the seed harness: {fault}.[/bold] "
                           f"{demo_mod.what_is_wrong(fault)} The agents are not told; they see the rollouts. "
                           f"Without the defect: evotrainer demo --fault none.", highlight=False)
@@ -167,7 +175,7 @@ def demo(run_dir: Path = typer.Argument(Path("runs/demo")), phases: int = typer.
         if i:
             console.rule(f"the same faulty seed, its harness never edited: {root}")
         if not RunDir(root).exists():
-            init(root, domain="math", config=None, set_=[f"phases={phases}", *BUDGET, *set_, *extra],
+            init(root, domain=domain, config=None, set_=[f"phases={phases}", *BUDGET, *set_, *extra],
                  fault=fault if planted else None)
         run(root, phases=phases)
     if planted:
@@ -332,15 +340,17 @@ def report(run_dir: Path, out: Optional[Path] = typer.Option(None, help="where t
 
 @app.command()
 def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one run directory per arm and seed)"),
+          domain: str = typer.Option("math", help="task domain of every arm: a registered one (evotrainer/domains)"),
           arms: Optional[str] = typer.Option(None, help="comma-separated arms (default: static,static_rerun,reference,"
                                              "keep_discard,evotrainer; with --faults: static,evotrainer,keep_discard,"
                                              "oracle,clean_evotrainer; opt-in: static_matched, oracle_matched "
                                              "(equal compute), reference_oracle, reference_evotrainer, "
                                              "reference_matched (the math_reference seed))"),
           faults: Optional[str] = typer.Option(None, help="the fault bench: comma-separated catalogue defects "
-                                               "(harness_repo/faults/) or all, and generated:N[@SEED] (N defects "
-                                               "drawn across every harness layer from suite seed SEED, default 0; "
-                                               "one is gen-SEED-K), each planted in the clean seed"),
+                                               "(harness_repo/faults/DOMAIN/) or all, and generated:N[@SEED] (N "
+                                               "defects of the domain drawn across every harness layer from suite "
+                                               "seed SEED, default 0; one is gen-SEED-K), each planted in the clean "
+                                               "seed"),
           reruns: int = typer.Option(1, help="static runs besides static (static_rerun, static_rerun2, ...) when "
                                      "static_rerun is an arm: more of them narrow the noise-counted interval"),
           seeds: Optional[str] = typer.Option(None, help="comma-separated seeds (default: the bench seeds 0,1,2; "
@@ -357,6 +367,7 @@ def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one
     evotrainer on the clean one)?"""
     from evotrainer.bench.arms import DEFAULT_FAULT_ARMS, parse_seeds
     from evotrainer.bench.runner import load_tasks, run_bench
+    from evotrainer.domains import spec
 
     default = ",".join(DEFAULT_FAULT_ARMS) if faults is not None else \
         "static,static_rerun,reference,keep_discard,evotrainer"
@@ -367,16 +378,17 @@ def bench(out: Path = typer.Argument(Path("runs/bench"), help="bench folder (one
     arm_list = [a.strip() for a in (arms if arms is not None else default).split(",") if a.strip()]
     try:
         seed_list = parse_seeds(seeds, calibration)
+        spec(domain)  # a registered domain, or one line naming them
         if faults is not None:
             from evotrainer.bench.faults import parse_faults, run_fault_bench
 
             if reruns != 1:
                 raise ValueError(f"--reruns {reruns}: a fault bench has no static reruns")
-            summary = run_fault_bench(out, parse_faults(faults), arm_list, seed_list, phases, load_tasks(tasks),
-                                      set_, calibration=calibration)
+            summary = run_fault_bench(out, parse_faults(faults, domain), arm_list, seed_list, phases,
+                                      load_tasks(tasks), set_, calibration=calibration, domain=domain)
         else:
             summary = run_bench(out, arm_list, seed_list, phases, load_tasks(tasks), set_, reruns=reruns,
-                                calibration=calibration)
+                                calibration=calibration, domain=domain)
     except ValueError as err:  # ConfigError is a ValueError: a bad arm, fault, seed list, key or task file
         _fail(str(err))
     name = "faults" if faults is not None else "bench"

@@ -315,9 +315,9 @@ class Config(_Section):
         "(e.g. math_reference); empty = the domain's seed harness"
     )
     fault: str | None = Field(
-        None, description="a catalogue defect (harness_repo/faults/) or a generated one (gen-SEED-K: "
-        "evotrainer/harness/generated.py) planted in the seed harness at init: the run starts from the faulty seed; "
-        "none = the clean seed"
+        None, description="a catalogue defect of the domain (harness_repo/faults/DOMAIN/) or a generated one "
+        "(gen-[DOMAIN-]SEED-K: evotrainer/harness/generated.py) planted in the domain's seed harness at init: the run "
+        "starts from the faulty seed; none = the clean seed"
     )
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="the task mix of the run")
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="the policy being trained")

@@ -1,15 +1,15 @@
 """The demo: what the product is for, on a seed harness with one catalogue defect, against that faulty seed left alone.
 
-``evotrainer demo RUN_DIR`` plants a defect of the catalogue (``harness_repo/faults/``; ``DEFAULT_FAULT`` unless
-``--fault`` names another, or ``none`` for the clean seed) in the seed harness, says so plainly, and runs the loop
-from it in RUN_DIR, with the console showing the diagnoses, the candidate repairs, the trials and what was promoted.
-The agents are not told the defect: they see the rollouts, as with any harness. Then the same faulty seed is
-trained with its harness never edited (``RUN_DIR-static``: the same seed, tasks and training streams, the bench's
-static arm), and the demo prints both held-out accuracies and their difference, paired per held-out task, with its
-interval, strict and under the tolerant score (formatting slips forgiven: what was learned beyond the answer's
-form). Both run directories can be inspected and resumed like any run; a second ``evotrainer demo`` reuses them.
-Both train at the fault bench's short budget (``bench.faults.BUDGET``: phases of 60 steps, judged as in the fault
-bench), so the demo finishes in minutes; a run at the defaults trains 2 x 300 steps.
+``evotrainer demo RUN_DIR [--domain NAME]`` plants a defect of the domain's catalogue
+(``harness_repo/faults/<domain>/``; :func:`default_fault` unless ``--fault`` names another, or ``none`` for the clean
+seed) in its seed harness, says so plainly, and runs the loop from it in RUN_DIR, with the console showing the
+diagnoses, the candidate repairs, the trials and what was promoted. The agents are not told the defect: they see the
+rollouts, as with any harness. Then the same faulty seed is trained with its harness never edited (``RUN_DIR-static``:
+the same seed, tasks and training streams, the bench's static arm), and the demo prints both held-out accuracies and
+their difference, paired per held-out task, with its interval, strict and under the tolerant score (formatting slips
+forgiven: what was learned beyond the answer's form). Both run directories can be inspected and resumed like any run; a
+second ``evotrainer demo`` reuses them. Both train at the fault bench's short budget (``bench.faults.BUDGET``: phases of
+60 steps, judged as in the fault bench), so the demo finishes in minutes; a run at the defaults trains 2 x 300 steps.
 
 Alone (after a demo ran): ``python -m evotrainer.demo runs/demo`` prints the comparison again.
 """
@@ -23,7 +23,17 @@ from evotrainer.metrics import paired_gain
 from evotrainer.report.history import phase_results
 from evotrainer.rundir import RunDir
 
-DEFAULT_FAULT = "reward_hacking"  # the defect `make demo` plants (a reward that credits answers the verifier rejects)
+
+
+def default_fault(domain: str) -> str:
+    """The defect the demo plants in ``domain``'s seed unless told: its registration's ``demo_fault`` (none: the clean
+    seed)."""
+    from evotrainer.domains import spec
+
+    return spec(domain).demo_fault or "none"
+
+
+DEFAULT_FAULT = default_fault("math")  # what `make demo` plants (a reward that credits answers the verifier rejects)
 
 
 def static_dir(run_dir: Path) -> Path:

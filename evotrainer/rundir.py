@@ -297,15 +297,15 @@ def _note_eval_budget(cfg: Config, harness: Path, log) -> None:
 
 
 def _check_fault(cfg: Config) -> None:
-    """``cfg.fault`` checked: a defect of the catalogue, planted in the domain's own seed; ConfigError in one line
-    otherwise (an unknown name lists the known ones)."""
+    """``cfg.fault`` checked: a defect of the domain's own catalogue, planted in the domain's own seed; ConfigError in
+    one line otherwise (an unknown name lists the known ones, another domain's defect names its domain)."""
     if not cfg.fault:
         return
-    from evotrainer.harness.faults import fault_dir
+    from evotrainer.harness.faults import check_domain
     from evotrainer.harness.repo import seed_dir
 
     try:
-        fault_dir(cfg.fault)
+        check_domain(cfg.domain, cfg.fault)
     except ValueError as err:
         raise ConfigError(f"fault: {err}") from None
     if cfg.harness and seed_dir(cfg.domain, cfg.harness) != seed_dir(cfg.domain):

@@ -59,7 +59,22 @@ def test_the_summary_says_the_tolerant_score_beside_the_strict_one_when_both_run
 
 
 def test_the_demo_s_defect_is_catalogued_and_said_plainly():
-    assert demo.DEFAULT_FAULT in faults.names()
+    from evotrainer.domains import DOMAINS
+
+    assert demo.DEFAULT_FAULT in faults.names("math") and demo.DEFAULT_FAULT == demo.default_fault("math")
+    for domain in DOMAINS:  # each domain's demo plants one of its own defects, or none
+        assert demo.default_fault(domain) in ["none", *faults.names(domain)], domain
     for name in faults.names():
         said = demo.what_is_wrong(name)
         assert 40 < len(said) < 800 and "\n" not in said and not said.startswith("#"), (name, said)
+
+
+def test_demo_bench_and_init_take_any_registered_domain_and_refuse_another_in_one_line(tmp_path: Path, cli_env):
+    from tests.conftest import cli
+
+    for args in (["demo", str(tmp_path / "d")], ["bench", str(tmp_path / "b"), "--faults", "all"],
+                 ["init", str(tmp_path / "i")]):
+        proc = cli([*args, "--domain", "chess"], cli_env, check=False)
+        out = (proc.stdout + proc.stderr).strip()
+        assert proc.returncode == 2 and len(out.splitlines()) == 1 and "unknown domain 'chess' (registered: math" in out
+    assert list(tmp_path.iterdir()) == []

@@ -73,7 +73,7 @@ def test_unknown_faults_arms_and_calibration_seeds_are_refused_in_one_line_befor
     from tests.conftest import cli
 
     for call, says in ((lambda: fb.parse_faults("truncation,nope"),
-                        r"--faults: unknown fault\(s\) \['nope'\] \(known: divergence, .*, or all, or "
+                        r"--faults: unknown fault\(s\) \['nope'\] \(known for math: divergence, .*, or all, or "
                         r"generated:N\[@SEED\]\)"),
                        (lambda: fb.parse_faults(" , "), "--faults: no fault given"),
                        (lambda: expand_fault_arms(["static", "reference"]), r"unknown arm\(s\) \['reference'\] for "

@@ -1,18 +1,21 @@
-"""The catalogue of seed-harness defects (harness_repo/faults/, evotrainer.harness.faults) and `init --fault`.
+"""The catalogue of seed-harness defects (harness_repo/faults/<domain>/, evotrainer.harness.faults) and `init --fault`.
 
-    catalogue     the four families are there; every card has its three sections and names its mechanism
+    catalogue     the four math families are there; every card has its three sections and names its mechanism; each
+                  domain's catalogue sits in its own folder beside the seeds, never inside one
     overlay       each faulty seed differs from the clean seed in exactly its overlay files, names no defect, and
                   passes its own self-tests in the sandbox (as a user's flawed harness would)
     mechanism     each defect does what its card says, checked on the evaluator's side where that is cheap: the
                   lenient reward credits what the verifier rejects, the budget cuts hard answers and not easy ones,
                   the learning rate is ten times the seed's, the curriculum samples the hardest level only
     init          `init --set fault=NAME` starts the harness repo from the faulty seed and says so in the init event;
-                  an unknown name, or a fault with another seed harness, is one line and creates nothing
+                  an unknown name, a fault with another seed harness, or another domain's fault, is one line and
+                  creates nothing
     packaging     pyproject.toml's data-files ship every file of the catalogue
     generated     a draw of generated defects (evotrainer.harness.generated) is the same for a seed and differs across
                   seeds; every family materialises onto the clean seed as a catalogue defect does (an overlay and a
                   card outside the harness), passes its self-tests and validates its knobs, names neither its family
-                  nor any defect, and its card names registered failure modes
+                  nor any defect, and its card names registered failure modes; a domain's suite draws only its
+                  own families, or says in one line that it has none
 
 Run alone: ``python -m pytest -q tests/test_faults.py`` (seconds; nothing is trained).
 """
@@ -59,14 +62,14 @@ def _module(path: Path, name: str):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict[str, Path]:
-    """Every catalogued defect materialized once over the clean math seed."""
+    """Every catalogued math defect materialized once over the clean math seed."""
     root = tmp_path_factory.mktemp("faults")
-    return {name: faults.materialize("math", name, root / name) for name in faults.names()}
+    return {name: faults.materialize("math", name, root / name) for name in faults.names("math")}
 
 
 # --- the catalogue ---------------------------------------------------------------------------------------------
 def test_the_catalogue_has_one_defect_of_each_family_and_every_card_its_three_sections():
-    assert FAMILIES <= set(faults.names())
+    assert FAMILIES <= set(faults.names("math"))
     for name in faults.names():
         text = faults.card(name)
         starts = [text.find(s) for s in SECTIONS]
@@ -95,7 +98,7 @@ def test_an_unknown_defect_is_one_line_listing_the_known_ones(tmp_path: Path):
 
 
 # --- each overlay ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", faults.names())
+@pytest.mark.parametrize("name", faults.names("math"))
 def test_a_faulty_seed_differs_from_the_clean_seed_exactly_in_its_overlay(name: str, built):
     seed, dest = seed_dir("math"), built[name]
     overlay = faults.overlay(name)
@@ -106,7 +109,7 @@ def test_a_faulty_seed_differs_from_the_clean_seed_exactly_in_its_overlay(name: 
     read_knobs(dest)  # harness.yaml stays valid: the defect is in its values, not a broken file
 
 
-@pytest.mark.parametrize("name", faults.names())
+@pytest.mark.parametrize("name", faults.names("math"))
 def test_a_faulty_seed_names_no_defect_in_its_files(name: str):
     """The agents must find a defect by its mechanism: the overlay's files say nothing of what is wrong."""
     words = {"fault", "bug", "defect", "flaw", "hack", "broken", name, name.replace("_", " ")}
@@ -115,7 +118,7 @@ def test_a_faulty_seed_names_no_defect_in_its_files(name: str):
         assert not [w for w in words if w in text], f"{name}/{rel} names its defect: {[w for w in words if w in text]}"
 
 
-@pytest.mark.parametrize("name", faults.names())
+@pytest.mark.parametrize("name", faults.names("math"))
 def test_a_faulty_seed_passes_its_own_self_tests(name: str, built):
     result = run_selftest(built[name])
     assert result["n"] > 0 and not result["failed"], result["failed"]
@@ -190,6 +193,57 @@ def test_init_with_an_unknown_fault_is_one_line_and_creates_nothing(tmp_path: Pa
     assert list(tmp_path.iterdir()) == []
 
 
+def _toy(monkeypatch) -> None:
+    """A second registered domain for the length of one test: math's evaluator and seed, no catalogue of its own."""
+    from evotrainer import domains
+
+    monkeypatch.setitem(domains._REGISTRY, "toy", domains.DomainSpec("toy", "evotrainer.domains.math", "MathDomain",
+                                                                     "math"))
+
+
+def test_each_domain_s_catalogue_sits_in_its_own_folder_beside_the_seeds():
+    """``harness_repo/faults/<domain>/<name>/`` for a registered domain; a seed folder (copied whole into a run's
+    harness repo) holds no defect, and the catalogue is the union of the domains' own."""
+    from evotrainer.domains import DOMAINS, spec
+
+    for name in faults.names():
+        assert faults.domain_of(name) in DOMAINS, name
+        assert faults.fault_dir(name) == ROOT / "harness_repo" / "faults" / faults.domain_of(name) / name
+    assert sorted(n for d in DOMAINS for n in faults.names(d)) == faults.names()
+    assert faults.names("math") == sorted(FAMILIES) and faults.domain_of("gen-4-1") == "math"
+    for domain in DOMAINS:
+        assert not list(seed_dir(spec(domain).seed).rglob(faults.CARD)), domain
+
+
+def test_a_defect_name_two_domains_catalogue_is_one_line(tmp_path: Path, monkeypatch):
+    for domain in ("a", "b"):
+        (tmp_path / "faults" / domain / "same").mkdir(parents=True)
+        (tmp_path / "faults" / domain / "same" / faults.CARD).write_text("# same\n")
+    monkeypatch.setattr(faults, "shipped_roots", lambda: [tmp_path])
+    with pytest.raises(ValueError) as err:
+        faults.names()
+    assert str(err.value) == "fault 'same' is catalogued for two domains (a and b): a defect's name must be unique"
+
+
+def test_another_domain_s_defect_is_refused_in_one_line_before_anything_is_written(tmp_path: Path, monkeypatch):
+    _toy(monkeypatch)
+    assert faults.names("toy") == []
+    for name in ("truncation", "gen-0-1"):
+        with pytest.raises(ValueError) as err:
+            faults.materialize("toy", name, tmp_path / "h")
+        said = str(err.value)
+        assert "\n" not in said and f"{name!r} is a defect of the math seed, not of toy's" in said, said
+        assert not (tmp_path / "h").exists()
+    with pytest.raises(ConfigError, match="not of toy's"):
+        RunDir(tmp_path / "run").init(C.apply_overrides(C.parse({"domain": "toy"}), ["fault=truncation"]),
+                                      log=lambda m: None)
+    assert not (tmp_path / "run").exists()
+    from evotrainer.bench.faults import parse_faults
+
+    with pytest.raises(ConfigError, match="known for toy: none"):
+        parse_faults("all", "toy")
+
+
 def test_a_fault_goes_with_the_domain_s_own_seed_only(tmp_path: Path):
     cfg = C.apply_overrides(C.parse({}), ["fault=truncation", "harness=math_reference"])
     with pytest.raises(ConfigError) as err:
@@ -216,6 +270,26 @@ def test_the_installed_data_files_carry_the_whole_catalogue():
 
 # --- generated defects -----------------------------------------------------------------------------------------
 from evotrainer.harness import generated  # noqa: E402
+
+
+def test_a_domain_s_generated_suite_draws_only_its_own_families_or_says_it_has_none(monkeypatch):
+    from dataclasses import replace
+
+    _toy(monkeypatch)
+    with pytest.raises(ValueError) as err:
+        generated.parse_spec("generated:2", "toy")
+    assert "\n" not in str(err.value) and "the toy domain has no generated defect families" in str(err.value)
+    monkeypatch.setitem(generated.FAMILIES, "toy_lr",
+                        replace(generated.FAMILIES["lr_high"], name="toy_lr", domain="toy"))
+    names = generated.parse_spec("generated:3@5", "toy")
+    assert names == ["gen-toy-5-0", "gen-toy-5-1", "gen-toy-5-2"]
+    drawn = [generated.draw(n) for n in names]
+    assert {(d.family, d.domain) for d in drawn} == {("toy_lr", "toy")} and "Overlay of the toy seed" in drawn[0].card()
+    assert faults.domain_of(names[0]) == "toy" and faults.known(names[0])
+    math = [generated.draw(n) for n in generated.parse_spec("generated:12@5")]
+    assert all(d.domain == "math" and generated.FAMILIES[d.family].domain == "math" for d in math)
+    with pytest.raises(ValueError, match="lr_high is the math domain's, not toy's"):
+        generated.draw("gen-toy-5-0", family="lr_high")
 
 
 def test_a_generated_draw_is_the_same_for_a_seed_and_differs_across_seeds():

@@ -170,7 +170,7 @@ def _planted() -> list[tuple[str, object]]:
     """(knob, value) of every harness.yaml value a catalogued defect sets that differs from the clean seed's."""
     seed = yaml.safe_load((SEED / "harness.yaml").read_text())
     out = []
-    for name in faults.names():
+    for name in faults.names("math"):
         path = faults.fault_dir(name) / "harness.yaml"
         if path.exists():
             bad = yaml.safe_load(path.read_text())
@@ -209,7 +209,7 @@ def test_no_move_applied_to_the_clean_seed_lands_on_a_catalogued_defect_value(mo
                         assert not math.isclose(float(new[key]), float(bad)), f"{m.name}: {key} {new[key]}"
 
 
-@pytest.mark.parametrize("fault", [f for f in faults.names() if (faults.fault_dir(f) / "harness.yaml").exists()])
+@pytest.mark.parametrize("fault", [f for f in faults.names("math") if (faults.fault_dir(f) / "harness.yaml").exists()])
 def test_no_move_undoes_a_catalogued_defect_by_the_clean_seed_s_constant(fault, tmp_path):
     """On a faulty seed, with no evidence beyond the levels the phase sampled (those weighing more than 0), no move
     writes exactly the clean seed's value back into a knob the defect planted: a move that does was fitted to the

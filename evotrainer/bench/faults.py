@@ -82,22 +82,29 @@ PHASES = 3
 BUDGET = ("training.steps_per_phase=60", "evolution.max_engineer_rounds=2", "evolution.counterfactual=true")
 
 
-def parse_faults(spec: str) -> list[str]:
-    """``--faults``: comma-separated catalogue names, ``all`` (the catalogue), ``generated:N[@SEED]`` (N generated
-    defects of suite seed SEED, default 0: ``evotrainer.harness.generated``) or a generated defect's name
-    (``gen-SEED-K``), mixed freely; ConfigError in one line for an unknown name."""
+def parse_faults(spec: str, domain: str = "math") -> list[str]:
+    """``--faults``: comma-separated catalogue names, ``all`` (``domain``'s catalogue), ``generated:N[@SEED]`` (N
+    generated defects of ``domain`` from suite seed SEED, default 0: ``evotrainer.harness.generated``) or a generated
+    defect's name (``gen-[DOMAIN-]SEED-K``), mixed freely; ConfigError in one line for an unknown name or another
+    domain's defect."""
     names: list[str] = []
     for item in (s.strip() for s in spec.split(",")):
         try:
-            drawn = generated.parse_spec(item) if item else None
+            drawn = generated.parse_spec(item, domain) if item else None
         except ValueError as err:
             raise config_mod.ConfigError(f"--faults: {err}") from None
-        names += catalogue.names() if item == "all" else drawn if drawn is not None else [item] if item else []
+        names += catalogue.names(domain) if item == "all" else drawn if drawn is not None else [item] if item else []
     names = list(dict.fromkeys(names))
     unknown = [n for n in names if not catalogue.known(n)]
     if unknown or not names:
         raise config_mod.ConfigError(f"--faults: {f'unknown fault(s) {unknown}' if unknown else 'no fault given'} "
-                                     f"(known: {', '.join(catalogue.names())}, or all, or {generated.SPEC}:N[@SEED])")
+                                     f"(known for {domain}: {', '.join(catalogue.names(domain)) or 'none'}, or all, "
+                                     f"or {generated.SPEC}:N[@SEED])")
+    for name in names:
+        try:
+            catalogue.check_domain(domain, name)
+        except ValueError as err:
+            raise config_mod.ConfigError(f"--faults: {err}") from None
     return names
 
 
@@ -151,16 +158,17 @@ def matched(cfg: config_mod.Config, arm: str, outcomes: dict[str, dict], phases:
 
 def run_fault_bench(out: Path, faults: list[str], arms: list[str], seeds: list[int], phases: int,
                     tasks: dict | None = None, overrides: list[str] = (), reporter: Reporter | None = None,
-                    calibration: bool = False) -> dict:
-    """Run (or resume, or reuse) every planned run, then compare; write faults.json and faults.md. Bench seeds and
-    calibration seeds are kept apart as in the ordinary bench (``check_seeds``)."""
+                    calibration: bool = False, domain: str = "math") -> dict:
+    """Run (or resume, or reuse) every planned run, then compare; write faults.json and faults.md. Every run is of
+    ``domain``, and every defect must be one of its own. Bench seeds and calibration seeds are kept apart as in the
+    ordinary bench (``check_seeds``)."""
     check_seeds(seeds, calibration)
-    faults = parse_faults(",".join(faults))  # each checked, once, in the order given
+    faults = parse_faults(",".join(faults), domain)  # each checked, once, in the order given
     arms = expand_fault_arms(arms)
     reporter = reporter or Reporter()
     t0 = time.time()
     runs = plan(faults, arms, seeds)
-    cfgs = configs(runs, phases, tasks, [*BUDGET, *overrides])
+    cfgs = configs(runs, phases, tasks, [*BUDGET, f"domain={domain}", *overrides])
     label = {rel: f"{fault or CLEAN}: {arm}, seed {seed}" for rel, (fault, arm, seed) in runs.items()}
     out.mkdir(parents=True, exist_ok=True)
     first = {out / rel: (label[rel], cfgs[rel]) for rel, (_, arm, _) in runs.items() if arm not in MATCHED}
@@ -172,7 +180,7 @@ def run_fault_bench(out: Path, faults: list[str], arms: list[str], seeds: list[i
             later[out / rel] = (label[rel], matched(cfgs[rel], arm, by_arm, phases))
     outcomes.update(train_runs(later, phases, reporter) if later else {})
     summary = collect(out, faults, arms, seeds, phases, outcomes)
-    summary.update(phases=phases, seeds=seeds, calibration=calibration, faults=faults, arm_order=arms,
+    summary.update(domain=domain, phases=phases, seeds=seeds, calibration=calibration, faults=faults, arm_order=arms,
                    wall_s=round(time.time() - t0, 1), tasks=tasks, overrides=[*BUDGET, *overrides])
     (out / "faults.json").write_text(json.dumps(summary, indent=1))
     (out / "faults.md").write_text(markdown(summary))

@@ -128,23 +128,23 @@ def train_runs(planned: dict[Path, tuple[str, config_mod.Config]], phases: int, 
 
 def run_bench(out: Path, arms: list[str], seeds: list[int], phases: int, tasks: dict | None = None,
               overrides: list[str] = (), reporter: Reporter | None = None, reruns: int = 1,
-              calibration: bool = False) -> dict:
-    """Run (or resume) every arm for every seed (with ``reruns`` static runs besides static when static_rerun is
-    among the arms), then compare each arm with static; write bench.json/.md. Bench seeds and calibration seeds are
-    kept apart (:func:`~evotrainer.bench.arms.check_seeds`)."""
+              calibration: bool = False, domain: str = "math") -> dict:
+    """Run (or resume) every arm for every seed of ``domain`` (with ``reruns`` static runs besides static when
+    static_rerun is among the arms), then compare each arm with static; write bench.json/.md. Bench seeds and
+    calibration seeds are kept apart (:func:`~evotrainer.bench.arms.check_seeds`)."""
     check_seeds(seeds, calibration)
     reporter = reporter or Reporter()
     arms = expand_arms(arms, reruns)
     t0 = time.time()
     planned = {out / run_dir_name(arm, seed): (f"{arm}, seed {seed}", arm_config(arm, seed, phases, tasks,
-                                                                              list(overrides)))
+                                                                              [f"domain={domain}", *overrides]))
                for seed in seeds for arm in arms}
     out.mkdir(parents=True, exist_ok=True)
     done = train_runs(planned, phases, reporter)
     outcomes = {arm: {seed: done[out / run_dir_name(arm, seed)] for seed in seeds} for arm in arms}
     summary = summarize(outcomes, seeds, phases)
-    summary.update(phases=phases, seeds=seeds, calibration=calibration, arm_order=arms, wall_s=round(time.time() - t0, 1), tasks=tasks,
-                   overrides=list(overrides))
+    summary.update(domain=domain, phases=phases, seeds=seeds, calibration=calibration, arm_order=arms,
+                   wall_s=round(time.time() - t0, 1), tasks=tasks, overrides=list(overrides))
     (out / "bench.json").write_text(json.dumps(summary, indent=1))
     (out / "bench.md").write_text(markdown(summary))
     return summary

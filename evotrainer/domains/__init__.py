@@ -20,21 +20,24 @@ from evotrainer.domains.base import Domain, Task
 @dataclass(frozen=True)
 class DomainSpec:
     """A registered domain: ``module``'s ``cls`` is its evaluator (imported when first asked for: the trainer and
-    the harness never import a domain they do not run), ``seed`` the folder of its seed harness in harness_repo/."""
+    the harness never import a domain they do not run), ``seed`` the folder of its seed harness in harness_repo/
+    (its defect catalogue is ``harness_repo/faults/<name>/``: ``evotrainer.harness.faults``), ``demo_fault`` the
+    catalogue defect ``evotrainer demo --domain NAME`` plants unless told otherwise (None: the clean seed)."""
 
     name: str
     module: str
     cls: str
     seed: str
+    demo_fault: str | None = None
 
 
 _REGISTRY: dict[str, DomainSpec] = {}
 
 
-def register(name: str, module: str, cls: str, seed: str | None = None) -> DomainSpec:
+def register(name: str, module: str, cls: str, seed: str | None = None, demo_fault: str | None = None) -> DomainSpec:
     """Register domain ``name`` (its seed folder is ``seed``, by default the name); a name registered twice with
     another spec is a ValueError."""
-    new = DomainSpec(name=name, module=module, cls=cls, seed=seed or name)
+    new = DomainSpec(name=name, module=module, cls=cls, seed=seed or name, demo_fault=demo_fault)
     old = _REGISTRY.setdefault(name, new)
     if old != new:
         raise ValueError(f"domain {name!r} is registered twice ({old.module}.{old.cls} and {module}.{cls})")
@@ -55,7 +58,7 @@ def get_domain(name: str) -> Domain:
     return getattr(importlib.import_module(s.module), s.cls)()
 
 
-register("math", "evotrainer.domains.math", "MathDomain")
+register("math", "evotrainer.domains.math", "MathDomain", demo_fault="reward_hacking")
 
 DOMAINS = tuple(_REGISTRY)  # every registered domain (tests that must hold for every domain iterate over it)
 

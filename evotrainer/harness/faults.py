@@ -1,23 +1,26 @@
 """The catalogue of seed-harness defects: realistic flaws of a first harness, each usable as a run's starting harness.
 
-Each defect is a folder ``harness_repo/faults/<name>/``: an overlay of a domain's clean seed harness (only the files
-that differ) and ``CARD.md``, which says what is wrong, what a practitioner would see and what removes it. The
-catalogue is read from the shipped harness folders (the source checkout, then the installed data files: the roots
-``seed_dir`` searches). ``materialize`` builds the faulty seed: the clean seed with the overlay copied over it (the
-card stays behind, so nothing in the harness names the defect). ``evotrainer init --fault NAME`` starts a run
+Each domain has its own catalogue: a defect is a folder ``harness_repo/faults/<domain>/<name>/``, an overlay of that
+domain's clean seed harness (only the files that differ) and ``CARD.md``, which says what is wrong, what a
+practitioner would see and what removes it. (The catalogue sits beside the seeds, not inside one: a seed folder is
+copied whole into a run's harness repo.) A defect's name is unique over every domain, so a name alone finds it and
+:func:`domain_of` says whose it is. The catalogue is read from the shipped harness folders (the source checkout, then
+the installed data files: the roots ``seed_dir`` searches). ``materialize`` builds the faulty seed: its own domain's
+clean seed with the overlay copied over it (the card stays behind, so nothing in the harness names the defect; another
+domain's seed is refused). ``evotrainer init --fault NAME`` starts a run
 from it (``Config.fault``). The card's ``Mechanism:`` line (``mechanism``) names the failure modes of a diagnosis
 that has found the defect: measurement data for the fault bench (``evotrainer/bench/faults.py``), which never
 reaches the harness or the agents.
 
-Generated defects (``evotrainer.harness.generated``: ``gen-SEED-K``, drawn from families across every layer) are
-defects of the same kind: :func:`fault_dir` writes one's folder (overlay and card) on first use, and every function
-here reads it as it reads a catalogued one. :func:`names` lists the catalogue only; :func:`known` says whether a name
-is either.
+Generated defects (``evotrainer.harness.generated``: ``gen-SEED-K``, drawn from a domain's families across every layer)
+are defects of the same kind: :func:`fault_dir` writes one's folder (overlay and card) on first use, and every function
+here reads it as it reads a catalogued one. :func:`names` lists the catalogue only; :func:`known` says whether a name is
+either.
 
 Try it alone::
 
-    python -m evotrainer.harness.faults                      # the catalogue, a line per defect
-    python -m evotrainer.harness.faults truncation /tmp/h    # the faulty math seed in /tmp/h, then its card
+    python -m evotrainer.harness.faults                      # the catalogue, a line per defect and its domain
+    python -m evotrainer.harness.faults truncation /tmp/h    # its domain's faulty seed in /tmp/h, then its card
 """
 
 from __future__ import annotations
@@ -33,17 +36,33 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", CARD)
 
 
 def _catalogue() -> dict[str, Path]:
-    """Defect name -> its folder; a name in two roots is the first root's (the checkout before the installed)."""
+    """Defect name -> its folder (``faults/<domain>/<name>/``); a name in two roots is the first root's (the checkout
+    before the installed); a name two domains of one root both catalogue is a ValueError in one line."""
     found: dict[str, Path] = {}
     for root in shipped_roots():
-        for card in sorted((root / "faults").glob(f"*/{CARD}")):
-            found.setdefault(card.parent.name, card.parent)
+        mine: dict[str, Path] = {}
+        for card in sorted((root / "faults").glob(f"*/*/{CARD}")):
+            if (other := mine.setdefault(card.parent.name, card.parent)) != card.parent:
+                raise ValueError(f"fault {card.parent.name!r} is catalogued for two domains ({other.parent.name} and "
+                                 f"{card.parent.parent.name}): a defect's name must be unique")
+        for name, folder in mine.items():
+            found.setdefault(name, folder)
     return found
 
 
-def names() -> list[str]:
-    """The catalogued defects, sorted."""
-    return sorted(_catalogue())
+def names(domain: str | None = None) -> list[str]:
+    """The catalogued defects, sorted: every domain's, or ``domain``'s only."""
+    return sorted(name for name, folder in _catalogue().items() if domain is None or folder.parent.name == domain)
+
+
+def domain_of(name: str) -> str:
+    """The domain whose seed the defect ``name`` (catalogued or generated) is an overlay of; ValueError in one line
+    for an unknown name."""
+    from evotrainer.harness import generated
+
+    if generated.is_name(name):
+        return generated.domain_of(name)
+    return fault_dir(name).parent.name
 
 
 def known(name: str) -> bool:
@@ -63,7 +82,7 @@ def fault_dir(name: str) -> Path:
     catalogue = _catalogue()
     if name not in catalogue:
         raise ValueError(f"unknown fault {name!r} (known: {', '.join(sorted(catalogue)) or 'none'}, or a generated "
-                         f"gen-SEED-K)")
+                         f"gen-[DOMAIN-]SEED-K)")
     return catalogue[name]
 
 
@@ -93,10 +112,20 @@ def overlay(name: str) -> list[str]:
                   if p.is_file() and p.name != CARD and "__pycache__" not in p.parts and p.suffix != ".pyc")
 
 
+def check_domain(domain: str, name: str) -> None:
+    """ValueError in one line unless the defect ``name`` is one of ``domain``'s (an overlay of another domain's seed
+    would plant files that mean nothing there); an unknown name is a ValueError too."""
+    owner = domain_of(name)
+    if owner != domain:
+        raise ValueError(f"fault {name!r} is a defect of the {owner} seed, not of {domain}'s (the {domain} catalogue: "
+                         f"{', '.join(names(domain)) or 'none'})")
+
+
 def materialize(domain: str, name: str, dest: Path | str) -> Path:
     """The faulty seed harness in ``dest`` (a folder that does not exist yet): the domain's clean seed with the
-    defect's overlay copied over it. Returns ``dest``."""
-    folder = fault_dir(name)  # an unknown name fails before anything is written
+    defect's overlay copied over it; ValueError in one line for a defect of another domain. Returns ``dest``."""
+    check_domain(domain, name)  # an unknown name, or another domain's, fails before anything is written
+    folder = fault_dir(name)
     dest = Path(dest)
     shutil.copytree(seed_dir(domain), dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copytree(folder, dest, ignore=_IGNORE, dirs_exist_ok=True)
@@ -110,10 +139,12 @@ def main(argv: list[str] | None = None) -> None:
     if not args:
         for name in names():
             wrong = card(name).split("## What is wrong", 1)[-1].strip().split("\n\n", 1)[0]
-            print(f"{name:16} {' '.join(wrong.split())[:100]}")
+            print(f"{name:16} {domain_of(name):8} {' '.join(wrong.split())[:90]}")
         return
     name, dest = args[0], (args[1] if len(args) > 1 else f"faulty-{args[0]}")
-    print(f"{materialize('math', name, dest)}: the math seed with {', '.join(overlay(name))} from the {name} overlay\n")
+    domain = domain_of(name)
+    print(f"{materialize(domain, name, dest)}: the {domain} seed with {', '.join(overlay(name))} from the {name} "
+          "overlay\n")
     print(card(name))
 
 

@@ -8,9 +8,13 @@ and a run started with ``fault: gen-7-2`` rebuilds the same harness anywhere. Dr
 permutation of :data:`LAYERS` by S (so N >= 6 spans all of them), then a family of that layer and its constants and
 form at random.
 
+Every family declares its domain (``Family.domain``; all of these are math's): a domain's suite draws only its own
+families, and ``generated:N`` for a domain with none is refused in one line. A math defect is ``gen-S-k``; another
+domain's is ``gen-DOMAIN-S-k``, so a name alone says which seed it is an overlay of (:func:`domain_of`).
+
 A defect is materialised exactly like a catalogue one (``evotrainer.harness.faults``): a folder with the overlay files
-(only the files that differ from the clean math seed) and a ``CARD.md`` with its family, layer and ``Mechanism:`` line
-(:func:`write`). The card stays outside the harness, and neither the defect's name nor any harness file names the
+(only the files that differ from its domain's clean seed) and a ``CARD.md`` with its family, layer and ``Mechanism:``
+line (:func:`write`). The card stays outside the harness, and neither the defect's name nor any harness file names the
 family, so the agents can find it only by its effects. Every defect passes its harness's self-tests (the seed's, or
 the overlay's when the defect changes what they pin: a prompt, or a leniency the ``selftest`` layer pins on purpose,
 so a repair must fix the test too) and its harness.yaml validates.
@@ -47,7 +51,8 @@ from typing import Callable
 LAYERS = ("knobs", "rewards", "filters", "prompt", "curriculum", "selftest")
 PREFIX = "gen"
 SPEC = "generated"  # --faults generated:N[@SEED]
-_NAME = re.compile(rf"^{PREFIX}-(\d+)-(\d+)$")
+_NAME = re.compile(rf"^{PREFIX}-(?:([a-z][a-z0-9_]*)-)?(\d+)-(\d+)$")  # gen-[DOMAIN-]S-k
+UNPREFIXED = "math"  # the domain of a name without one (gen-S-k: the suites drawn before domains had their own)
 _SPEC = re.compile(rf"^{SPEC}:(\d+)(?:@(\d+))?$")
 LEVELS = ("1", "2", "3", "4")  # the math domain's levels (MathDomain.levels; a test holds them equal)
 
@@ -60,6 +65,7 @@ class Defect:
     family: str
     layer: str
     mechanism: tuple[str, ...]
+    domain: str
     files: dict[str, str]
     wrong: str
     see: str
@@ -68,17 +74,18 @@ class Defect:
 
     def card(self) -> str:
         files = ", ".join(f"`{f}`" for f in sorted(self.files))
-        return (f"# {self.name}\n\nFamily: {self.family} ({self.layer} layer, generated). Overlay of the math seed: "
-                f"{files}.\n\nMechanism: {', '.join(f'`{m}`' for m in self.mechanism)}\n\n## What is wrong\n\n"
+        return (f"# {self.name}\n\nFamily: {self.family} ({self.layer} layer, generated). Overlay of the "
+                f"{self.domain} seed: {files}.\n\nMechanism: {', '.join(f'`{m}`' for m in self.mechanism)}\n\n"
+                "## What is wrong\n\n"
                 f"{self.wrong}\n\n## What a practitioner would see\n\n{self.see}\n\n## What removes it\n\n"
                 f"{self.removes}\n")
 
 
 # --- the clean seed, and small edits of its files -------------------------------------------------------------------
-def _seed() -> dict[str, str]:
+def _seed(domain: str) -> dict[str, str]:
     from evotrainer.harness.repo import seed_dir
 
-    root = seed_dir("math")
+    root = seed_dir(domain)
     return {str(p.relative_to(root)): p.read_text() for p in root.rglob("*")
             if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
 
@@ -491,7 +498,8 @@ class Family:
     name: str
     layer: str
     mechanism: tuple[str, ...]  # registered failure modes (agents.modes; a test holds them) that name it
-    make: Callable[[random.Random, dict], tuple]
+    make: Callable[[random.Random, dict], tuple]  # (rng, the domain's clean seed files) -> the defect
+    domain: str = "math"  # whose seed the defect is an overlay of (a registered domain)
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in [
@@ -519,36 +527,59 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
 
 # --- drawing ----------------------------------------------------------------------------------------------------------
 def is_name(name: str) -> bool:
-    """A generated defect's name (``gen-S-k``)."""
+    """A generated defect's name (``gen-S-k``, or ``gen-DOMAIN-S-k``)."""
     return bool(_NAME.match(name))
 
 
-def parse_spec(spec: str) -> list[str] | None:
-    """``generated:N[@SEED]`` -> the names of its N defects; None for a text of another form; ValueError (one line)
-    for N < 1."""
+def domain_of(name: str) -> str:
+    """The domain of the generated defect ``name``: the one its name carries, math when it carries none."""
+    m = _NAME.match(name)
+    if not m:
+        raise ValueError(f"{name!r} is no generated defect (gen-[DOMAIN-]SEED-K, or --faults {SPEC}:N[@SEED])")
+    return m.group(1) or UNPREFIXED
+
+
+def families(domain: str) -> list[Family]:
+    """The families of ``domain``'s generated defects (none for a domain without any)."""
+    return [f for f in FAMILIES.values() if f.domain == domain]
+
+
+def parse_spec(spec: str, domain: str = UNPREFIXED) -> list[str] | None:
+    """``generated:N[@SEED]`` -> the names of its N defects of ``domain``; None for a text of another form;
+    ValueError (one line) for N < 1 or a domain without generated families."""
     m = _SPEC.match(spec.strip())
     if not m:
         return None
     n, seed = int(m.group(1)), int(m.group(2) or 0)
     if n < 1:
         raise ValueError(f"{spec}: draw at least one defect ({SPEC}:N[@SEED], N >= 1)")
-    return [f"{PREFIX}-{seed}-{k}" for k in range(n)]
+    if not families(domain):
+        have = sorted({f.domain for f in FAMILIES.values()})
+        raise ValueError(f"{spec}: the {domain} domain has no generated defect families (domains with some: "
+                         f"{', '.join(have)})")
+    prefix = PREFIX if domain == UNPREFIXED else f"{PREFIX}-{domain}"
+    return [f"{prefix}-{seed}-{k}" for k in range(n)]
 
 
 def draw(name: str, family: str | None = None) -> Defect:
-    """The defect called ``name`` (``gen-S-k``): its family (``family`` forces one, for tests), constants and files.
-    ValueError (one line) for another name."""
+    """The defect called ``name`` (``gen-[DOMAIN-]S-k``): its family (``family`` forces one, for tests; one of the
+    name's domain), constants and files. ValueError (one line) for another name."""
+    domain = domain_of(name)
     m = _NAME.match(name)
-    if not m:
-        raise ValueError(f"{name!r} is no generated defect (gen-SEED-K, or --faults {SPEC}:N[@SEED])")
-    seed, k = int(m.group(1)), int(m.group(2))
-    order = list(LAYERS)
-    random.Random(f"evotrainer-generated-{seed}").shuffle(order)
-    rng = random.Random(f"evotrainer-generated-{seed}-{k}")
+    seed, k = int(m.group(2)), int(m.group(3))
+    own = families(domain)
+    if not own:
+        raise ValueError(f"{name!r}: the {domain} domain has no generated defect families")
+    if family and FAMILIES[family].domain != domain:
+        raise ValueError(f"{name!r}: family {family} is the {FAMILIES[family].domain} domain's, not {domain}'s")
+    order = [layer for layer in LAYERS if any(f.layer == layer for f in own)]  # math's: every layer, as ever
+    tag = "" if domain == UNPREFIXED else f"{domain}-"
+    random.Random(f"evotrainer-generated-{tag}{seed}").shuffle(order)
+    rng = random.Random(f"evotrainer-generated-{tag}{seed}-{k}")
     layer = order[k % len(order)]
-    fam = FAMILIES[family] if family else rng.choice([f for f in FAMILIES.values() if f.layer == layer])
-    files, wrong, see, removes, constants = fam.make(rng, _seed())
-    return Defect(name, fam.name, fam.layer, fam.mechanism, files, wrong, see, removes, constants)
+    fam = FAMILIES[family] if family else rng.choice([f for f in own if f.layer == layer])
+    files, wrong, see, removes, constants = fam.make(rng, _seed(domain))
+    return Defect(name, fam.name, fam.layer, fam.mechanism, domain, files, wrong, see, removes, constants)
 
 
 def write(defect: Defect, folder: Path) -> Path:
