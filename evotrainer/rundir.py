@@ -168,12 +168,14 @@ class RunDir:
             else:
                 HarnessRepo.create(stage.harness, cfg.domain, cfg.harness)
             _note_eval_budget(cfg, stage.harness, log)
+            pentest = _pentest_seed(cfg, stage.harness, log)
         except BaseException:  # a failed init leaves nothing behind (a killed one is swept by the next init)
             shutil.rmtree(stage.root, ignore_errors=True)
             raise
         os.rename(stage.root, self.root)  # also over an empty folder the user made
         self.events.emit("init", run=cfg.name, domain=cfg.domain, fault=cfg.fault, train_tasks=len(splits["rl"]),
                          eval_tasks=len(held_out), splits={name: len(tasks) for name, tasks in splits.items()})
+        self.events.emit("pentest", harness="seed", **pentest)
         self.set_status("initialized", phase=0)
 
     def tasks(self, split: str) -> list[dict]:
@@ -294,6 +296,28 @@ def _note_eval_budget(cfg: Config, harness: Path, log) -> None:
         log(f"note: the harness trains with max_completion_length {train} and the evaluator scores with "
             f"training.eval_max_new_tokens {judge}: an answer longer than {judge} tokens is cut and scored wrong on "
             f"the held-out and dev splits (set training.eval_max_new_tokens to at least {train} to score it)")
+
+
+def _pentest_seed(cfg: Config, harness: Path, log) -> dict:
+    """The reward pentest (``judge.pentest``) of the seed harness: a warning line per null probe its reward pays (the
+    run still starts: a user may mean it; the gate rejects any candidate edit whose reward does the same). Returns
+    the figures for the run's ``pentest`` event; a reward the pentest could not score is a warning too."""
+    from evotrainer.harness.knobs import KnobsError, read_knobs
+    from evotrainer.judge.pentest import pentest
+    from sandbox import HarnessError, HarnessWorker
+
+    try:
+        with HarnessWorker(harness, limits=cfg.sandbox.limits, backend=cfg.sandbox.backend,
+                           image=cfg.sandbox.image) as worker:
+            result = pentest(worker, read_knobs(harness), get_domain(cfg.domain))
+    except (HarnessError, KnobsError, ValueError) as err:
+        log(f"warning: the reward pentest could not score the seed harness's reward: {err}")
+        return {"passed": False, "error": str(err)}
+    for probe in result.failed:
+        log(f"warning: the seed harness's reward pays a completion that answers nothing ({probe}): it earns "
+            f"{result.probes[probe]:+.3f} against a correct answer's {result.reference:+.3f} (reward pentest; the "
+            "gate rejects any edit whose reward does this)")
+    return {"passed": result.passed, "reference": result.reference, "probes": result.probes, "failed": result.failed}
 
 
 def _check_fault(cfg: Config) -> None:

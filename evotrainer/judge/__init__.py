@@ -2,6 +2,7 @@
 
     checks.py     the backtest: replay and safety checks of a candidate against main on retained rollouts
     replay.py     replaying rewards and filters in the sandbox, and the figures replay compares (with noise floors)
+    pentest.py    the reward pentest: does a reward pay the domain's null probes (checked before any trial)
     safety.py     the safety checks themselves (self-tests, alignment with ``verified``, diagnostics kept)
     scoring.py    the one definition of the reward total, advantages and "did this rollout train"
     variables.py  what one edit changes (the single variable a candidate may declare)

@@ -54,6 +54,7 @@ from evotrainer.config import BacktestConfig, EvolutionConfig, SandboxConfig
 from evotrainer.contracts import BacktestReport, Candidate, Check
 from evotrainer.harness.knobs import KnobsError, read_knobs
 from evotrainer.harness.repo import HarnessRepo
+from evotrainer.judge.pentest import CHECK as PENTEST, pentest
 from evotrainer.judge.replay import METRICS, mixed, noise_floor, registry, replay
 from evotrainer.judge.safety import attempts_check, safety_checks
 from evotrainer.rollouts import SPREAD_EPS
@@ -118,12 +119,26 @@ def _diag_checks(main_registry: dict, cand_values: dict) -> list[Check]:
     return checks
 
 
+def _pentest_check(worker: HarnessWorker, harness_dir: Path, domain: str) -> Check:
+    """The reward pentest (``judge.pentest``) as a replay check: a reward that pays a null probe fails it."""
+    from evotrainer.domains import get_domain
+
+    try:
+        result = pentest(worker, read_knobs(harness_dir), get_domain(domain))
+    except (HarnessError, KnobsError, ValueError) as err:
+        return Check(name=PENTEST, passed=False, detail=f"the pentest could not score the reward: {err}")
+    top = max(result.probes.values())
+    return Check(name=PENTEST, base=result.reference, candidate=top, threshold=round(result.reference / 2, 6),
+                 passed=result.passed, detail=result.detail()[:500])
+
+
 def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: BacktestConfig,
-          sandbox: SandboxConfig, hide: list[str]) -> BacktestReport:
+          sandbox: SandboxConfig, hide: list[str], domain: str = "math") -> BacktestReport:
     """Every replay check of ``candidate`` against main (``base``) on the base's rollouts; verdict by all-pass.
 
-    The candidate's self-tests run first, in a sandbox process of their own limited to ``settings.test_timeout_s``.
-    With trials on (``settings.trial_steps > 0``) these are the safety checks and the "effect" check; the decision
+    The candidate's self-tests run first, in a sandbox process of their own limited to ``settings.test_timeout_s``,
+    then the reward pentest on ``domain``'s null probes (``judge.pentest``: a reward that pays a completion that
+    answers nothing is rejected before it trains). With trials on (``settings.trial_steps > 0``) these are the safety checks and the "effect" check; the decision
     is the A/B trial's (:func:`trial_check`, added with :func:`with_check`). With trials off, the targeted metric
     moving beyond its noise floor on replay decides.
     """
@@ -147,6 +162,7 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
                                 or f"{tests['n']} passed"))
         except HarnessError as err:
             checks.append(Check(name="self_tests", passed=False, detail=str(err)))
+        checks.append(_pentest_check(wc, cand_dir, domain))
         checks += safety_checks(repo, candidate, base, cand_dir, wc, settings=settings, sandbox=sandbox, hide=hide)
         if all(c.passed for c in checks):
             try:
@@ -176,11 +192,12 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
 
 
 def run_backtest(repo: HarnessRepo, candidate: Candidate, rollouts: list[dict], tasks: dict[str, dict], *,
-                 main_sha: str, settings: BacktestConfig, sandbox: SandboxConfig, hide: list[str]) -> BacktestReport:
+                 main_sha: str, settings: BacktestConfig, sandbox: SandboxConfig, hide: list[str],
+                 domain: str = "math") -> BacktestReport:
     """The replay checks of one candidate against ``main_sha`` on ``rollouts`` (main replayed for this call)."""
     with harness_worker(repo, main_sha, sandbox, hide) as (path, worker):
         base = Baseline(sha=main_sha, dir=path, worker=worker, rollouts=rollouts, tasks=tasks)
-        return judge(repo, candidate, base, settings=settings, sandbox=sandbox, hide=hide)
+        return judge(repo, candidate, base, settings=settings, sandbox=sandbox, hide=hide, domain=domain)
 
 
 def _metric_checks(base: dict, cand: dict, candidate: Candidate, bootstrap: int, tolerance: float,

@@ -15,6 +15,8 @@ module only reads; ``html.py`` and ``charts.py`` render and write. The sources:
                         (checks, and whatever trial result it carries), its diff and its ``effect`` note
     skills              the skill store, read without writing; which candidates used each skill
     agents              events.jsonl: steps per role (``agent`` events) and LLM calls, tokens, cost when logged
+    pentest             events.jsonl: the seed harness's reward pentest at init (``judge.pentest``), shown when a
+                        null probe is paid
     samples             per phase the best, the worst and a truncated rollout
 
     bench               when the run is one arm of ``evotrainer bench`` (``BENCH/<arm>-seed<N>``): every arm of
@@ -280,4 +282,10 @@ def collect(rd: RunDir) -> dict[str, Any]:
         "agents": agents,
         "samples": samples,
         "bench": bench_arms(rd),
+        "pentest": seed_pentest(rd),
     }
+
+
+def seed_pentest(rd: RunDir) -> dict | None:
+    """The reward pentest of the seed harness at init (its ``pentest`` event), or None for a run made before it."""
+    return next((e for e in rd.events.read() if e.get("kind") == "pentest" and e.get("harness") == "seed"), None)

@@ -124,9 +124,18 @@ def phase_table(d: dict) -> str:
 
 
 def health_notes(d: dict) -> str:
-    """The health figures the trainer did not log, and why (their panels say it too)."""
+    """The health figures the trainer did not log, and why (their panels say it too); and a warning when the seed
+    harness's reward paid a null probe at init (the reward pentest)."""
     notes = [f"{charts.HEALTH[k]} {esc(v)}" for k, v in d["unlogged"].items()]
-    return f"<p class=note>{'; '.join(notes)}</p>" if notes and d["phases"] else ""
+    out = f"<p class=note>{'; '.join(notes)}</p>" if notes and d["phases"] else ""
+    pt = d.get("pentest")
+    if pt and pt.get("failed"):
+        paid = ", ".join(f"{esc(p)} {pt['probes'][p]:+.3f}" for p in pt["failed"])
+        out += (f"<p class=fail>the seed harness's reward pays completions that answer nothing (reward pentest at "
+                f"init): {paid}, against a correct answer's {pt['reference']:+.3f}</p>")
+    elif pt and pt.get("error"):
+        out += f"<p class=fail>the reward pentest could not score the seed harness's reward: {esc(pt['error'])}</p>"
+    return out
 
 
 def _checks(checks: list[dict]) -> str:

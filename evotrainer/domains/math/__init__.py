@@ -182,10 +182,11 @@ class MathDomain(Domain):
         return self.verify(task, completion) or self.verify(task, line)
 
     def null_probes(self, task: Task) -> dict[str, str]:
-        """The generic probes, and math's: a wrong number in the answer's own form (the answer plus one), the wrong
-        number and the right one on the answer line together, and a run of numbers around the answer."""
+        """The generic probes, and math's: a wrong number in the answer's own form (the answer plus one), another
+        number that starts with the answer's digits, the wrong number and the right one on the answer line together,
+        and a run of numbers around the answer."""
         value = int(task["answer"])
-        return {**super().null_probes(task), "wrong_answer": str(value + 1),
+        return {**super().null_probes(task), "wrong_answer": str(value + 1), "answer_extended": f"{value}0",
                 "two_answers": f"{value + 1} {value}",
                 "many_answers": " ".join(str(v) for v in range(value - 3, value + 4))}
 
