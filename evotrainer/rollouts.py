@@ -40,8 +40,9 @@ def as_text(value: str | list[dict]) -> str:
 
 
 def harness_view(row: dict, task: dict, *, decided: bool = False) -> dict:
-    """One rollout as harness code sees it: the HARNESS_VIEW fields (``task`` is the training task, answer
-    included); with ``decided``, also ``kept`` and the advantage it trained with (what diagnostics see)."""
+    """One rollout as harness code sees it: the HARNESS_VIEW fields; with ``decided``, also ``kept`` and the advantage
+    it trained with (what diagnostics see). ``task`` must be the harness's view of the training task
+    (``Domain.harness_task``, as ``RunDir.harness_tasks`` gives it: answer included, evaluator-only fields never)."""
     view = {k: row[k] for k in HARNESS_VIEW if k not in ("task", "task_id", "difficulty")}
     view.update(task=task, task_id=task["id"], difficulty=task["difficulty"])
     if decided:

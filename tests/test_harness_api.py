@@ -4,13 +4,15 @@ The README's tables are parsed, and each test holds one side of the code to them
 required name with the documented parameters (read with ``ast``, never imported); filters and diagnostics get
 exactly the documented rollout fields, rewards the documented sample fields, curriculum the documented history;
 harness.yaml's keys are ``Knobs``' fields; the sandbox runner serves every documented module and fetches exactly
-the documented names. Change the README and the code together, or one of these fails.
+the documented names. Change the README and the code together, or one of these fails. :func:`check_seed_api` is the
+seed's side as one call, which tests/test_domain_units.py runs on every registered domain's seed.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -65,9 +67,9 @@ def _args(fn: ast.FunctionDef) -> tuple[str, ...]:
     return tuple(a.arg for a in fn.args.posonlyargs + fn.args.args)
 
 
-@pytest.mark.parametrize("module", CODE_MODULES)
-def test_the_seed_defines_every_documented_name_with_its_parameters(module):
-    tree = ast.parse((SEED / module).read_text())
+def check_module(seed: Path, module: str) -> None:
+    """``seed``'s ``module`` defines every name the README documents for it, with the documented parameters."""
+    tree = ast.parse((seed / module).read_text())
     defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     assigned = {t.id: n.value for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
                 for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
@@ -87,11 +89,31 @@ def test_the_seed_defines_every_documented_name_with_its_parameters(module):
             assert _args(fn) == params, f"{module}: entry {fn.name}{_args(fn)}, documented {row['call']}"
 
 
-def test_the_seed_has_self_tests_of_the_documented_form():
+def check_selftests(seed: Path) -> None:
+    """``seed`` has self-tests, each of the documented form."""
     (row,) = table("tests/", "name")
-    found = [fn for path in sorted((SEED / "tests").glob("test_*.py")) for fn in ast.parse(path.read_text()).body
+    found = [fn for path in sorted((seed / "tests").glob("test_*.py")) for fn in ast.parse(path.read_text()).body
              if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_")]
-    assert found and all(_args(fn) == _params(row["call"]) for fn in found)
+    assert found and all(_args(fn) == _params(row["call"]) for fn in found), f"{seed}: self-tests"
+
+
+def check_seed_api(seed: Path) -> None:
+    """The harness folder ``seed`` is the README's API: every code module's documented names, self-tests of the
+    documented form, and a harness.yaml of documented knobs only."""
+    for module in CODE_MODULES:
+        check_module(seed, module)
+    check_selftests(seed)
+    documented = {r["key"] for r in table("harness.yaml", "key")}
+    assert set(yaml.safe_load((seed / "harness.yaml").read_text())) <= documented, f"{seed}: harness.yaml"
+
+
+@pytest.mark.parametrize("module", CODE_MODULES)
+def test_the_seed_defines_every_documented_name_with_its_parameters(module):
+    check_module(SEED, module)
+
+
+def test_the_seed_has_self_tests_of_the_documented_form():
+    check_selftests(SEED)
 
 
 def test_filters_and_diagnostics_get_exactly_the_documented_rollout_view():
