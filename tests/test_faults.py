@@ -10,7 +10,7 @@
     init          `init --set fault=NAME` starts the harness repo from the faulty seed and says so in the init event;
                   an unknown name, a fault with another seed harness, or another domain's fault, is one line and
                   creates nothing
-    packaging     pyproject.toml's data-files ship every file of the catalogue
+    packaging     pyproject.toml's data-files ship every file of the catalogue and of the seeds
     generated     a draw of generated defects (evotrainer.harness.generated) is the same for a seed and differs across
                   seeds; every family materialises onto the clean seed as a catalogue defect does (an overlay and a
                   card outside the harness), passes its self-tests and validates its knobs, names neither its family
@@ -256,12 +256,14 @@ def test_a_fault_goes_with_the_domain_s_own_seed_only(tmp_path: Path):
 
 
 # --- packaging -------------------------------------------------------------------------------------------------
-def test_the_installed_data_files_carry_the_whole_catalogue():
+def test_the_installed_data_files_carry_the_whole_catalogue_and_every_seed():
+    """Every file under harness_repo/ (each domain's catalogue, the seeds, a variant's BASE) is shipped; only the
+    folder's own README stays behind."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     data_files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
     missing = []
-    for rel in sorted(_files(ROOT / "harness_repo" / "faults")):
-        src = Path("harness_repo/faults", rel)
+    for rel in sorted(_files(ROOT / "harness_repo") - {"README.md"}):
+        src = Path("harness_repo", rel)
         globs = [Path(g) for g in data_files.get(str(Path("share/evotrainer") / src.parent), [])]
         if not any(g.parent == src.parent and fnmatch.fnmatch(src.name, g.name) for g in globs):
             missing.append(str(src))

@@ -203,3 +203,59 @@ def test_a_seed_harness_that_says_it_is_dapo_s_recipe_has_clip_higher_and_overlo
             knobs = read_knobs(folder)
             assert knobs.updates_per_batch > 1 and knobs.epsilon_high > knobs.epsilon, folder.name
             assert "overlong" in (folder / "rewards.py").read_text(), folder.name
+
+
+# --- seed variants: overlays of their base seed -------------------------------------------------------------------
+from tests.conftest import ROOT  # noqa: E402
+
+VARIANTS = sorted(p.parent.name for p in (ROOT / "harness_repo").glob("*/BASE"))
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+
+
+def test_the_shipped_seed_variants_are_overlays():
+    assert {"math_chat", "math_reference"} <= set(VARIANTS)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_seed_variant_is_its_base_with_only_its_own_differing_files_over_it(variant: str):
+    """seed_dir builds a variant whole: the base seed's files, the variant's over them, BASE left out; the variant
+    holds only files that differ from its base's (no duplicate of the base), and the whole is a working harness (the
+    harness API, its own self-tests passing)."""
+    from evotrainer.harness.repo import BASE, seed_dir
+    from sandbox import run_selftest
+    from tests.test_harness_api import check_seed_api
+
+    folder = ROOT / "harness_repo" / variant
+    base = _tree(seed_dir("math", (folder / BASE).read_text().strip()))
+    own = {rel: data for rel, data in _tree(folder).items() if rel != BASE}
+    built_dir = seed_dir("math", variant)
+    built = _tree(built_dir)
+    assert own and built == {**base, **own} and BASE not in built
+    assert not [rel for rel, data in own.items() if base.get(rel) == data], "a variant file equal to its base's"
+    assert seed_dir("math", variant) == built_dir and seed_dir("math", str(folder)) == built_dir  # by name or path
+    check_seed_api(built_dir)
+    result = run_selftest(built_dir)
+    assert result["n"] > 0 and not result["failed"], result["failed"]
+
+
+def test_a_variant_s_folder_is_rebuilt_when_its_files_change(tmp_path: Path):
+    from evotrainer.harness.repo import BASE, seed_dir
+
+    variant = tmp_path / "mine"
+    variant.mkdir()
+    (variant / BASE).write_text("math\n")
+    (variant / "filters.py").write_text("def keep_rollout(rollout):\n    return True\n\n\n"
+                                        "def keep_group(group):\n    return len(group) > 1\n")
+    first = seed_dir("math", str(variant))
+    assert (first / "filters.py").read_text() == (variant / "filters.py").read_text()
+    assert (first / "rewards.py").read_bytes() == (seed_dir("math") / "rewards.py").read_bytes()
+    (variant / "filters.py").write_text((variant / "filters.py").read_text().replace("> 1", "> 2"))
+    second = seed_dir("math", str(variant))
+    assert second != first and "> 2" in (second / "filters.py").read_text()
+    (variant / BASE).write_text("mine\n")
+    with pytest.raises(FileNotFoundError, match="names itself"):
+        seed_dir("math", str(variant))

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from evotrainer.domains.math import MathDomain
+from evotrainer.harness.repo import seed_dir
 from evotrainer.rollouts import as_text
 from evotrainer.trainer.generation import check, grpo_args
 from evotrainer.trainer.grpo import policy_prompt
 from sandbox import HarnessError, HarnessWorker
-from tests.conftest import ROOT, cli
+from tests.conftest import cli
 
 TASK = {"id": "t", "difficulty": "2", "question": "", "expression": "12 + 7", "answer": "19"}
 CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
@@ -46,13 +47,13 @@ def test_prompts_reach_the_policy_as_messages_or_text():
 
 def _harness_with_prompt(tmp_path: Path, source: str) -> Path:
     dest = tmp_path / "harness"
-    shutil.copytree(ROOT / "harness_repo" / "math_chat", dest)
+    shutil.copytree(seed_dir("math", "math_chat"), dest)
     (dest / "prompt.py").write_text(source)
     return dest
 
 
 def test_the_sandbox_passes_chat_messages_and_names_a_malformed_one(tmp_path: Path):
-    with HarnessWorker(ROOT / "harness_repo" / "math_chat", backend="process") as worker:
+    with HarnessWorker(seed_dir("math", "math_chat"), backend="process") as worker:
         assert worker.prompts([TASK]) == [[{"role": "user", "content": "What is 12 + 7? Reply with only the number."}]]
     bad = _harness_with_prompt(tmp_path, "def make_prompt(task):\n    return [{'role': 'wizard', 'content': 'x'}]\n")
     with HarnessWorker(bad, backend="process") as worker, pytest.raises(HarnessError) as err:

@@ -42,21 +42,62 @@ def shipped_roots() -> list[Path]:
     return [Path(__file__).resolve().parents[2] / "harness_repo", Path(sys.prefix) / "share/evotrainer/harness_repo"]
 
 
+BASE = "BASE"  # in a seed variant's folder: the name of the seed it is an overlay of (harness_repo/math_chat's: math)
+
+
 def seed_dir(domain: str, harness: str | None = None) -> Path:
     """The seed harness: ``harness`` (a folder, or the name of one shipped in harness_repo/) or the domain's own,
-    from the source checkout, else the installed data files."""
+    from the source checkout, else the installed data files. A seed variant (a folder with a ``BASE`` file: only the
+    files that differ from the seed it names) is returned whole, built by :func:`_overlaid`."""
     if harness and Path(harness).expanduser().is_dir():
         path = Path(harness).expanduser().resolve()
-        if not (path / "harness.yaml").is_file():
+        if not (path / "harness.yaml").is_file() and not (path / BASE).is_file():
             raise FileNotFoundError(f"{path}: no harness.yaml (not a harness folder)")
-        return path
+        return _overlaid(domain, path)
     from evotrainer.domains import spec  # a domain's seed folder is its registration's
 
     name = harness or spec(domain).seed
     for root in shipped_roots():
-        if Path(name).name == name and (root / name / "harness.yaml").is_file():  # a name, not a path under it
-            return root / name
+        folder = root / name
+        if Path(name).name == name and ((folder / "harness.yaml").is_file() or (folder / BASE).is_file()):
+            return _overlaid(domain, folder)  # a name, not a path under it
     raise FileNotFoundError(f"no seed harness {name!r} (a folder with harness.yaml, or one of harness_repo/)")
+
+
+def _files_of(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+
+
+def _overlaid(domain: str, folder: Path) -> Path:
+    """``folder`` itself, or for a seed variant the seed its ``BASE`` names (itself found by :func:`seed_dir`, so a
+    variant of a variant works) with the variant's files copied over it, the ``BASE`` file left out. Built once per
+    content under the temporary directory (the files decide the folder, so it is a cache: an edited seed or variant
+    builds a new one); another process building the same one at once is harmless."""
+    if not (folder / BASE).is_file():
+        return folder
+    import hashlib
+    import os
+
+    base_name = (folder / BASE).read_text().strip()
+    if base_name == folder.name:
+        raise FileNotFoundError(f"{folder}: its {BASE} names itself")
+    files = {**_files_of(seed_dir(domain, base_name)), **_files_of(folder)}
+    files.pop(BASE)
+    digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:12]
+    root = Path(tempfile.gettempdir()) / f"evotrainer-seeds-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    dest = root / f"{folder.name}-{digest}"
+    if not (dest / "harness.yaml").is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(dir=root, prefix=f".{folder.name}-"))
+        for rel, data in files.items():
+            (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+            (stage / rel).write_bytes(data)
+        try:
+            os.rename(stage, dest)
+        except OSError:  # another process built it first: the same content
+            shutil.rmtree(stage, ignore_errors=True)
+    return dest
 
 
 class RevertConflict(ValueError):
