@@ -1,0 +1,149 @@
+"""The policy-code executor: runs code the *policy* wrote against tests, apart from the harness sandbox (``sandbox/``).
+
+Policy code that loops, eats memory, forks or exits early is the policy's failure, scored as such, not an attack by
+the harness, so it runs here and never in-process: :func:`run_batch` is called once per generated batch and starts
+one fresh worker process (``evotrainer/execute_worker.py``, standard library only) for the whole batch; the worker
+runs each program in a child of its own with a time limit, an address-space limit (RLIMIT_AS) and a CPU limit, its
+process group killed and reaped after it. Where this machine allows unprivileged namespaces (``unshare``) the worker
+runs in its own user, network and PID namespaces: no network, and every process a program leaves behind dies with
+the worker; otherwise (``process``) only the limits and the group kill hold.
+
+Each execution has a status (:data:`STATUSES`): ``ok`` (every test passed), ``fail`` (a test failed, the program
+raised or ended before its tests did), ``timeout``, ``syntax_error``, ``no_code`` and ``grader_error`` -- the
+executor itself failed (the worker could not start, died or answered nonsense): never a wrong answer; callers count
+it and leave it out of scores. Try it alone::
+
+    python -m evotrainer.execute   # runs three programs and prints their executions
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+STATUSES = ("ok", "fail", "timeout", "syntax_error", "no_code", "grader_error")
+_WORKER = Path(__file__).with_name("execute_worker.py")
+_UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
+
+
+class ExecLimits(BaseModel):
+    """Limits of one policy program (each program of a batch gets them afresh)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    time_s: float = Field(2.0, gt=0, le=60, description="wall-clock (and CPU) seconds one program may run, its "
+                          "definition and all its tests together; over it the program's group is killed: timeout")
+    memory_mb: int = Field(256, ge=32, le=8192, description="address-space limit (RLIMIT_AS) of one program, in MiB")
+    backend: Literal["auto", "unshare", "process"] = Field(
+        "auto", description="isolation of the batch worker: unshare (own user, network and PID namespaces: no "
+        "network, nothing outlives the batch), process (limits and group kill only), auto: unshare where it works")
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One program's run: its status (:data:`STATUSES`), tests passed of ``total``, and a short reason."""
+
+    status: str
+    passed: int
+    total: int
+    detail: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+Job = tuple[str | None, list[dict]]  # (program or None for no code, tests: [{"call": "f(2)", "expected": 5}, ...])
+
+
+@functools.lru_cache(maxsize=None)
+def _unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        return subprocess.run([*_UNSHARE, sys.executable, "-I", "-c", ""], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def backend_of(limits: ExecLimits) -> str:
+    """The backend a batch runs under: ``limits.backend``, with auto resolved; an unshare this machine refuses is
+    a ValueError."""
+    if limits.backend == "process":
+        return "process"
+    if _unshare_works():
+        return "unshare"
+    if limits.backend == "unshare":
+        raise ValueError("policy executor backend 'unshare' does not work on this machine (use auto or process)")
+    return "process"
+
+
+def run_batch(jobs: list[Job], limits: ExecLimits | None = None, python: str | None = None) -> list[Execution]:
+    """Run every (program, tests) pair of one batch in one fresh worker; one :class:`Execution` per job, in order.
+    ``python`` is the interpreter the programs run under (default: this one). Never raises for what a program does:
+    a failure of the executor itself is ``grader_error`` on each job it left unanswered."""
+    limits = limits or ExecLimits()
+    out: list[Execution | None] = [None] * len(jobs)
+    todo = []
+    for i, (program, tests) in enumerate(jobs):
+        if program is None or not program.strip():
+            out[i] = Execution("no_code", 0, len(tests), "no code")
+        else:
+            todo.append(i)
+    if todo:
+        answers = _run_worker([jobs[i] for i in todo], limits, python or sys.executable)
+        for i, answer in zip(todo, answers):
+            out[i] = answer
+    return [e for e in out if e is not None]
+
+
+def _run_worker(jobs: list[Job], limits: ExecLimits, python: str) -> list[Execution]:
+    request = {"jobs": [{"program": p, "tests": t} for p, t in jobs], "time_s": limits.time_s,
+               "memory_mb": limits.memory_mb, "python": python}
+    prefix = _UNSHARE if backend_of(limits) == "unshare" else []
+    budget = len(jobs) * (limits.time_s + 2.0) + 10.0  # each program's limit plus its start and reaping
+    error = ""
+    try:
+        done = subprocess.run([*prefix, python, "-I", "-B", str(_WORKER)], input=json.dumps(request).encode(),
+                              capture_output=True, timeout=budget, start_new_session=True)
+        lines = done.stdout.decode(errors="replace").splitlines()
+        if done.returncode != 0:
+            tail = done.stderr.decode(errors="replace").strip().splitlines()
+            error = f"worker exited {done.returncode}: {tail[-1] if tail else 'no message'}"
+    except subprocess.TimeoutExpired as exc:  # the session's group is killed by run(); unshare's namespace with it
+        lines = (exc.stdout or b"").decode(errors="replace").splitlines()
+        error = f"worker ran past {budget:g} s"
+    except OSError as exc:
+        lines, error = [], f"worker could not start: {exc}"
+    answers = []
+    for line in lines[:len(jobs)]:
+        try:
+            row = json.loads(line)
+            if row["status"] not in STATUSES:
+                raise ValueError(row["status"])
+            answers.append(Execution(row["status"], int(row["passed"]), int(row["total"]), str(row["detail"])))
+        except (ValueError, KeyError, TypeError):
+            answers.append(Execution("grader_error", 0, 0, f"unreadable worker answer: {line[:80]!r}"))
+    error = error or "worker answered fewer jobs than it was given"
+    answers += [Execution("grader_error", 0, len(t), error[:200]) for _, t in jobs[len(answers):]]
+    return answers
+
+
+def count_statuses(executions: list[Execution]) -> dict[str, int]:
+    """How many executions ended in each status (every status named, zeros included)."""
+    return {s: sum(1 for e in executions if e.status == s) for s in STATUSES}
+
+
+if __name__ == "__main__":
+    tests = [{"call": "f(2)", "expected": 5}, {"call": "f(7)", "expected": 10}]
+    runs = run_batch([("def f(x):\n    return x + 3", tests), ("def f(x):\n    while True: pass", tests),
+                      ("def f(x):\n    print(5)", tests)], ExecLimits(time_s=1))
+    print(backend_of(ExecLimits()), *runs, count_statuses(runs), sep="\n")

@@ -1,0 +1,165 @@
+"""The policy-code executor's batch worker: a standalone script (standard library only, run by path with ``python -I``)
+that ``evotrainer.execute`` starts once per generated batch. It reads one JSON object from stdin::
+
+    {"jobs": [{"program": str, "tests": [{"call": "f(2)", "expected": 5}, ...]}, ...],
+     "time_s": float, "memory_mb": int, "python": str}
+
+and, for each job in turn, runs the program in a child of its own (own session and process group, RLIMIT_AS and
+RLIMIT_CPU, stdin/stdout/stderr discarded, killed with its whole group at the time limit and reaped), then prints one
+JSON line per job: ``{"status": ..., "passed": k, "total": n, "detail": str}``.
+
+A child reports over a pipe the policy's code never sees by number (its number given on the command line, duplicated
+before the program runs and the original closed), one line per test and a final ``done`` line: a program that exits early
+(``os._exit(0)``) has no ``done`` line and fails; what a program prints goes to /dev/null and scores nothing. A test
+passes only when the call returns a value of exactly the expected type that equals the expected value (a returned
+object whose ``__eq__`` says yes to everything does not pass). Try it alone::
+
+    echo '{"jobs":[{"program":"def f(x):\\n    return x+1","tests":[{"call":"f(1)","expected":2}]}],
+    "time_s":2,"memory_mb":256,"python":"python3"}' | python3 -I evotrainer/execute_worker.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+# What the child runs: read the program and tests from stdin, move the report pipe to an unknown fd, point
+# stdin/stdout/stderr at /dev/null, compile, run, call each test, report each result, then "done".
+_CHILD = r'''
+import json, os, sys
+data = json.loads(sys.stdin.read())
+channel = int(sys.argv[1])
+report = os.fdopen(os.dup(channel), "w", buffering=1)
+os.close(channel)
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+def say(**row):
+    report.write(json.dumps(row) + "\n")
+try:
+    code = compile(data["program"], "<policy>", "exec")
+except (SyntaxError, ValueError) as exc:
+    say(kind="syntax_error", detail=type(exc).__name__ + ": " + str(exc)[:200])
+    raise SystemExit(0)
+tests = data["tests"]
+ns = {"__name__": "__policy__"}
+del data
+try:
+    exec(code, ns)
+except BaseException as exc:
+    say(kind="error", detail="at definition: " + type(exc).__name__)
+    raise SystemExit(0)
+for test in tests:
+    expected = test["expected"]
+    try:
+        got = eval(test["call"], ns)
+        ok = type(got) is type(expected) and expected == got
+    except BaseException as exc:
+        ok = False
+    say(kind="test", passed=bool(ok))
+say(kind="done")
+'''
+
+
+def _preexec(time_s: float, memory_mb: int):
+    def apply() -> None:
+        mb = 1024 * 1024
+        cpu = max(1, int(time_s + 0.999))
+        resource.setrlimit(resource.RLIMIT_AS, (memory_mb * mb, memory_mb * mb))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (mb, mb))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_one(job: dict, time_s: float, memory_mb: int, python: str) -> dict:
+    """One program against its tests in a fresh child: the status and how many tests passed."""
+    tests = job["tests"]
+    total = len(tests)
+    if not job.get("program", "").strip():
+        return {"status": "no_code", "passed": 0, "total": total, "detail": "no code"}
+    read_end, write_end = os.pipe()
+    try:
+        child = subprocess.Popen(
+            [python, "-I", "-S", "-B", "-c", _CHILD, str(write_end)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, pass_fds=(write_end,), start_new_session=True,
+            preexec_fn=_preexec(time_s, memory_mb), env={"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"},
+            cwd="/tmp")
+    except OSError as exc:
+        os.close(read_end)
+        os.close(write_end)
+        return {"status": "grader_error", "passed": 0, "total": total, "detail": f"cannot start: {exc}"[:200]}
+    os.close(write_end)
+    deadline = time.monotonic() + time_s
+    timed_out = False
+    try:
+        child.stdin.write(json.dumps({"program": job["program"], "tests": tests}).encode())
+        child.stdin.close()
+    except BrokenPipeError:
+        pass
+    chunks = []
+    os.set_blocking(read_end, False)
+    while True:
+        try:
+            data = os.read(read_end, 65536)
+            if data:
+                chunks.append(data)
+            elif child.poll() is not None:
+                break
+        except BlockingIOError:
+            if child.poll() is not None:
+                try:
+                    rest = os.read(read_end, 1 << 20)
+                    chunks.append(rest)
+                except BlockingIOError:
+                    pass
+                break
+        if time.monotonic() > deadline:
+            timed_out = True
+            break
+        time.sleep(0.002)
+    os.close(read_end)
+    _kill_group(child.pid)  # the program's forked children too, when they stayed in its group
+    child.wait()
+    rows = []
+    for line in b"".join(chunks).decode(errors="replace").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            pass
+    passed = sum(1 for r in rows if r.get("kind") == "test" and r.get("passed") is True)
+    kinds = [r.get("kind") for r in rows]
+    if "syntax_error" in kinds:
+        return {"status": "syntax_error", "passed": 0, "total": total, "detail": rows[0].get("detail", "")}
+    if timed_out or (child.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and "done" not in kinds):
+        return {"status": "timeout", "passed": passed, "total": total, "detail": f"over {time_s:g} s"}
+    if "done" not in kinds:
+        why = next((r.get("detail") for r in rows if r.get("kind") == "error"), None)
+        why = why or f"ended before its tests finished (exit {child.returncode})"
+        return {"status": "fail", "passed": passed, "total": total, "detail": why}
+    status = "ok" if passed == total and kinds.count("test") == total else "fail"
+    return {"status": status, "passed": passed, "total": total, "detail": ""}
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    for job in request["jobs"]:
+        row = run_one(job, float(request["time_s"]), int(request["memory_mb"]), request["python"])
+        sys.stdout.write(json.dumps(row) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The policy-code executor (evotrainer/execute.py): every way a program misbehaves ends in its status, the batch
+always finishes, and a failure of the executor itself is a grader_error, never a wrong answer."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from evotrainer.execute import ExecLimits, count_statuses, run_batch
+
+TESTS = [{"call": "f(2)", "expected": 5}, {"call": "f(7)", "expected": 10}]
+FAST = ExecLimits(time_s=1.0, memory_mb=256)
+
+
+def _status(program: str | None, limits: ExecLimits = FAST) -> str:
+    return run_batch([(program, TESTS)], limits)[0].status
+
+
+def test_a_right_body_passes_and_a_wrong_one_fails():
+    right, wrong = run_batch([("def f(x):\n    return x + 3", TESTS), ("def f(x):\n    return x + 2", TESTS)], FAST)
+    assert (right.status, right.passed, wrong.status, wrong.passed) == ("ok", 2, "fail", 0)
+
+
+def test_an_infinite_loop_times_out_and_the_batch_still_finishes():
+    start = time.monotonic()
+    loop, after = run_batch([("def f(x):\n    while True:\n        pass", TESTS),
+                             ("def f(x):\n    return x + 3", TESTS)], FAST)
+    assert (loop.status, after.status) == ("timeout", "ok")
+    assert time.monotonic() - start < 10
+
+
+def test_too_much_memory_is_stopped():
+    assert _status("def f(x):\n    b = bytearray(1 << 30)\n    return x + 3") == "fail"
+
+
+@pytest.mark.parametrize("backend", ["auto", "process"])
+def test_forked_children_are_not_left_behind(tmp_path, backend):
+    marker = tmp_path / "survived"
+    program = (f"import os, time\nif os.fork() == 0:\n    time.sleep(1.5)\n    open({str(marker)!r}, 'w').close()\n"
+               f"    os._exit(0)\ndef f(x):\n    return x + 3")
+    assert run_batch([(program, TESTS)], FAST.model_copy(update={"backend": backend}))[0].status == "ok"
+    time.sleep(2.0)
+    assert not marker.exists()
+
+
+def test_printing_what_the_test_expects_does_not_pass():
+    assert _status("def f(x):\n    print(5)\n    print(10)") == "fail"
+
+
+def test_an_object_equal_to_everything_does_not_pass():
+    assert _status("class A:\n    def __eq__(self, o):\n        return True\ndef f(x):\n    return A()") == "fail"
+
+
+def test_exiting_early_does_not_pass():
+    assert _status("import os\nos._exit(0)\ndef f(x):\n    return x + 3") == "fail"
+    assert _status("def f(x):\n    import os\n    os._exit(0)") == "fail"
+
+
+def test_syntax_errors_and_missing_code_have_their_own_status():
+    assert (_status("def f(x) return x"), _status(None), _status("  \n")) == ("syntax_error", "no_code", "no_code")
+
+
+def test_a_broken_executor_is_a_grader_error_never_a_wrong_answer():
+    runs = run_batch([("def f(x):\n    return x + 3", TESTS)] * 2, FAST, python="/nonexistent/python3")
+    assert count_statuses(runs)["grader_error"] == 2
