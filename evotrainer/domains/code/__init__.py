@@ -1,0 +1,188 @@
+"""Code domain: write the body of a small Python function from its signature and two examples, at four difficulty
+levels with disjoint prompt spaces. The canonical prompt and a right completion::
+
+    def f(x):
+        # f(2) == 5, f(7) == 10
+        return                                   completion: " x + 3"
+
+Each level is a set of function *families* (a family and its constants give the reference body); a prompt is a
+function and an ordered pair of distinct example inputs from 0-19, so a prompt's family can be read off its
+reference body and no family belongs to two levels: the levels' prompt spaces are disjoint by construction.
+
+    level  families                                   functions  distinct prompts
+    1      x + a, x - a            (a 1-9)            18         6,840
+    2      x * a (a 2-9), a - x    (a 10-19)          18         6,840
+    3      x * a + b, x * a - b    (a 2-9, b 1-9)     144        54,720
+    4      x * x + b, x * x - b (b 1-9), x // a, x % a (a 2-9)   34   12,920
+
+A task's two examples are its *visible* tests (in the prompt and in ``tests``: harness code may see them); its six
+*hidden* tests (inputs 0-29 other than the examples, drawn from the task's own seed) are the evaluator's
+(``hidden_fields``: never in ``harness_task``) and alone decide ``verified``. Level 4's examples often fit a line as
+well, so a body that passes the visible tests can fail the hidden ones: the visible-pass / hidden-fail rate a code
+harness must not reward. Code runs only in the policy-code executor (``evotrainer.execute``), never in-process; an
+execution the executor itself could not finish (``grader_error``) is never a wrong answer: ``verify`` raises
+:class:`GraderError` for it and ``verify_batch`` answers None.
+
+Splits are drawn as math's (``evotrainer.domains.math``): per level the held-out split first, then dev, then the
+RL and warm-up pools from what is left; no prompt is in two splits and the same seed gives the same tasks. The
+warm-up teaches the reference body; its near miss is the body with the constant off by one (``x + 4`` for
+``x + 3``): a slip that passes no test. Try it alone::
+
+    python -c "from evotrainer.domains.code import CodeDomain; d = CodeDomain(); t = d.splits(0, {'dev': 4})['dev'][0]; \
+               print(d.canonical_prompt(t) + t['answer']); print(d.verify(t, t['answer']))"
+"""
+
+from __future__ import annotations
+
+import random
+
+from evotrainer.domains.base import ID_PREFIX, SPLITS, Domain, Task
+from evotrainer.domains.math import _distinct
+from evotrainer.execute import ExecLimits, Execution, run_batch
+
+INPUTS = range(20)  # example inputs
+HIDDEN_INPUTS = range(30)  # hidden test inputs (never the examples)
+HIDDEN_TESTS = 6
+_PAIRS = [(a, b) for a in INPUTS for b in INPUTS if a != b]  # ordered pairs of distinct example inputs
+
+# level -> its functions, each (reference body, the function itself, the body with its constant off by one)
+Function = tuple[str, object, str]
+
+
+def _families() -> dict[str, list[Function]]:
+    def f(body: str, near: str) -> Function:
+        return body, eval(f"lambda x: {body}"), near  # noqa: S307 - our own fixed bodies, never policy code
+
+    return {
+        "1": [f(f"x {op} {a}", f"x {op} {a + 1}") for op in "+-" for a in range(1, 10)],
+        "2": [f(f"x * {a}", f"x * {a + 1}") for a in range(2, 10)] + [f(f"{a} - x", f"{a + 1} - x")
+                                                                      for a in range(10, 20)],
+        "3": [f(f"x * {a} {op} {b}", f"x * {a} {op} {b + 1}") for a in range(2, 10) for op in "+-"
+              for b in range(1, 10)],
+        "4": [f(f"x * x {op} {b}", f"x * x {op} {b + 1}") for op in "+-" for b in range(1, 10)]
+        + [f(f"x {op} {a}", f"x {op} {a + 1}") for op in ("//", "%") for a in range(2, 10)],
+    }
+
+
+LEVELS: dict[str, list[Function]] = _families()
+
+
+def space_size(level: str) -> int:
+    """Distinct prompts of a level: its functions times the ordered pairs of example inputs."""
+    return len(LEVELS[level]) * len(_PAIRS)
+
+
+class GraderError(RuntimeError):
+    """The executor could not run a program (never a wrong answer: count it, leave it out of the score)."""
+
+
+def _test(x: int, value: int) -> dict:
+    return {"call": f"f({x})", "expected": value}
+
+
+class CodeDomain(Domain):
+    name = "code"
+    levels = list(LEVELS)
+    hidden_fields = ("hidden_tests", "answer")  # the reference body would let a reward compare text, not behaviour
+
+    def __init__(self, limits: ExecLimits | None = None, python: str | None = None) -> None:
+        self.limits = limits or ExecLimits()
+        self.python = python  # the interpreter policy code runs under (None: this one)
+
+    def splits(self, seed: int, sizes: dict[str, int]) -> dict[str, list[Task]]:
+        out: dict[str, list[Task]] = {name: [] for name in SPLITS}
+        per = {name: -(-max(0, sizes.get(name, 0)) // len(LEVELS)) for name in SPLITS}  # per level, rounded up
+        for level in LEVELS:
+            size = space_size(level)
+            if 2 * (per["held_out"] + per["dev"]) > size:
+                raise ValueError(f"training.eval_size and training.dev_size ask {per['held_out']} + {per['dev']} "
+                                 f"tasks of code level {level}, more than half its {size} distinct prompts")
+            taken: set[int] = set()
+            drawn: dict[str, list[int]] = {}
+            for name in ("held_out", "dev"):
+                drawn[name] = _distinct(random.Random(f"code-{seed}-{level}-{ID_PREFIX[name]}"), size, per[name], taken)
+                taken.update(drawn[name])
+            left, want = size - len(taken), per["rl"] + per["warmup"]
+            distinct = {"rl": min(per["rl"], left if want <= left else round(left * per["rl"] / want))}
+            distinct["warmup"] = min(per["warmup"], left - distinct["rl"])
+            for name in ("rl", "warmup"):
+                ids = _distinct(random.Random(f"code-{seed}-{level}-{ID_PREFIX[name]}"), size, distinct[name], taken)
+                taken.update(ids)
+                drawn[name] = ids + [ids[n % len(ids)] for n in range(per[name] - len(ids))] if ids else []
+            for name in SPLITS:
+                out[name] += [self._task(f"{ID_PREFIX[name]}-{level}-{n}", level, i) for n, i in enumerate(drawn[name])]
+        return out
+
+    @staticmethod
+    def _task(task_id: str, level: str, index: int) -> Task:
+        fn_index, pair_index = divmod(index, len(_PAIRS))
+        body, fn, _ = LEVELS[level][fn_index]
+        shown = _PAIRS[pair_index]
+        rest = [x for x in HIDDEN_INPUTS if x not in shown]
+        hidden = sorted(random.Random(f"code-hidden-{level}-{index}").sample(rest, HIDDEN_TESTS))
+        examples = ", ".join(f"f({x}) == {fn(x)}" for x in shown)
+        return {
+            "id": task_id,
+            "difficulty": level,
+            "question": f"Complete the function so that {examples}:\ndef f(x):\n    return",
+            "signature": "def f(x):",
+            "examples": examples,
+            "tests": [_test(x, fn(x)) for x in shown],
+            "hidden_tests": [_test(x, fn(x)) for x in hidden],
+            "answer": f" {body}",
+        }
+
+    def canonical_prompt(self, task: Task) -> str:
+        return f"{task['signature']}\n    # {task['examples']}\n    return"
+
+    def instruction(self, task: Task) -> str:
+        return (f"Write the expression that completes this Python function so that {task['examples']}:\n"
+                f"{task['signature']}\n    return ...\nReply with only the expression.")
+
+    def extract_answer(self, completion: str) -> str | None:
+        """The body: the completion's first line (what follows ``return``), or None when it is blank."""
+        line = completion.split("\n", 1)[0]
+        return line if line.strip() else None
+
+    def program(self, task: Task, completion: str) -> str | None:
+        """The program the tests run: the signature and ``return`` with the completion's body; None: no code."""
+        body = self.extract_answer(completion)
+        return None if body is None else f"{task['signature']}\n    return {body.strip()}\n"
+
+    def execute(self, tasks: list[Task], completions: list[str], field: str = "hidden_tests") -> list[Execution]:
+        """One executor batch: each completion's program against its task's ``field`` tests (``tests``: the visible
+        ones)."""
+        return run_batch([(self.program(t, c), t[field]) for t, c in zip(tasks, completions)], self.limits,
+                         self.python)
+
+    def verify_batch(self, tasks: list[Task], completions: list[str]) -> list[bool | None]:
+        """``verify`` for a whole batch in one executor call; None where the executor failed (a grader error)."""
+        return [None if e.status == "grader_error" else e.status == "ok" for e in self.execute(tasks, completions)]
+
+    def verify(self, task: Task, completion: str) -> bool:
+        """Every hidden test passes; :class:`GraderError` when the executor could not say."""
+        execution = self.execute([task], [completion])[0]
+        if execution.status == "grader_error":
+            raise GraderError(execution.detail)
+        return execution.status == "ok"
+
+    def reference_completion(self, task: Task) -> str:
+        return task["answer"]
+
+    def near_miss(self, task: Task) -> str | None:
+        """The reference body with its constant off by one (``x + 4`` for ``x + 3``): passes no test."""
+        body = task["answer"].strip()
+        for ref, _, near in LEVELS[task["difficulty"]]:
+            if ref == body:
+                return f" {near}"
+        return None
+
+    def null_probes(self, task: Task) -> dict[str, str]:
+        """The generic probes, and code's: no code, a function that raises, code that exits the process early,
+        code that prints what the tests expect, a wrong body in the right form, and the constant of every example
+        (a body that returns the first example's value)."""
+        expected = [t["expected"] for t in task["tests"]]
+        return {**super().null_probes(task), "no_code": " ", "raises": " 1 // 0",
+                "exits_early": " __import__('os')._exit(0)",
+                "prints_expected": " print(" + ", ".join(map(str, expected)) + ")",
+                "wrong_body": " x + 1000", "first_example": f" {expected[0]}"}
