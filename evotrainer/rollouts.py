@@ -45,6 +45,9 @@ def harness_view(row: dict, task: dict, *, decided: bool = False) -> dict:
     (``Domain.harness_task``, as ``RunDir.harness_tasks`` gives it: answer included, evaluator-only fields never)."""
     view = {k: row[k] for k in HARNESS_VIEW if k not in ("task", "task_id", "difficulty")}
     view.update(task=task, task_id=task["id"], difficulty=task["difficulty"])
+    execution = row.get("execution", (row.get("extra") or {}).get("execution"))  # a code domain's visible tests
+    if execution is not None:
+        view["execution"] = execution
     if decided:
         view["kept"] = bool(row["kept"])
     return view

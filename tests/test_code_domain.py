@@ -76,3 +76,37 @@ def test_the_prompt_is_in_the_tiny_policy_s_alphabet(domain, splits):
 
     for task in splits["warmup"]:
         assert set(domain.canonical_prompt(task) + task["answer"] + domain.near_miss(task)) <= set(CHARS)
+
+
+def test_training_and_replay_give_the_reward_the_same_visible_test_execution(tmp_path):
+    """HarnessHooks (TRL's reward function) with the code seed in a real sandbox worker: each sample carries its
+    visible-test execution, the rollout store keeps it, replay hands it to the reward again (same rewards), and
+    ``verified`` comes from the hidden tests (a body fitting only the examples is paid and not verified)."""
+    import json
+
+    from evotrainer.domains import get_domain
+    from evotrainer.harness.knobs import read_knobs
+    from evotrainer.harness.repo import seed_dir
+    from evotrainer.judge.replay import replay
+    from evotrainer.trainer.hooks import HarnessHooks
+    from sandbox import HarnessWorker, SandboxLimits
+
+    domain = get_domain("code")
+    tasks = domain.splits(1, {"rl": 4})["rl"][:2]
+    (a, va), (b, vb) = [(int(t["call"][2:-1]), t["expected"]) for t in tasks[0]["tests"]]
+    texts = [tasks[0]["answer"], f" {va} if x == {a} else {vb}", " x +", tasks[1]["answer"]]
+    group = [tasks[0]] * 3 + [tasks[1]]
+    harness = seed_dir("code")
+    with HarnessWorker(harness, limits=SandboxLimits(memory_mb=1024, cpu_s=60, call_timeout_s=20)) as worker:
+        hooks = HarnessHooks(worker, read_knobs(harness), domain, phase=1, sha="0" * 40, eos_ids=[0])
+        rewards = hooks(prompts=["p"] * 4, completions=texts, completion_ids=[[5, 0]] * 4,
+                        task_json=[json.dumps(t) for t in group])
+        batch = hooks.take_batch()
+        kept, advantages = hooks.decide(batch, [0.0] * 4, 2, step=0)
+        hooks.log(batch, kept, advantages)
+        rows = [r.model_dump() for r in hooks.rollouts]
+        replayed = replay(worker, harness, rows, {t["id"]: domain.harness_task(t) for t in tasks})
+    assert [s["execution"]["status"] for s in batch] == ["ok", "ok", "syntax_error", "ok"]
+    assert rewards == [1.0, 1.0, 0.0, 1.0] and [s["verified"] for s in batch] == [True, False, False, True]
+    assert [r["extra"]["execution"] for r in rows] == [s["execution"] for s in batch]
+    assert [r["reward"] for r in replayed["rows"]] == rewards

@@ -72,6 +72,18 @@ class Domain(ABC):
     def verify(self, task: Task, completion: str) -> bool:
         """Ground truth: does the completion answer the task correctly?"""
 
+    def verify_batch(self, tasks: list[Task], completions: list[str]) -> list[bool | None]:
+        """``verify`` for one generated batch (a domain that runs code runs it in one executor call); None where the
+        grader itself failed: never a wrong answer, counted apart (``Rollout.extra["grader_error"]``)."""
+        return [self.verify(t, c) for t, c in zip(tasks, completions)]
+
+    def reward_executions(self, tasks: list[Task], completions: list[str]) -> list[dict] | None:
+        """What harness code cannot do itself (it may not spawn processes): each completion run on its task's
+        *visible* tests, once per batch before rewards, handed to harness code as ``sample["execution"]``
+        (``{"status", "passed", "total", "detail"}``) and kept in the rollout store so replay sees the same sample.
+        None: the domain runs no code (math)."""
+        return None
+
     def verify_tolerant(self, task: Task, completion: str) -> bool:
         """A lenient reader's verdict: the same right answer, with the formatting slips such a reader forgives
         (math: a trailing period or other punctuation, surrounding whitespace), never another answer. It reports

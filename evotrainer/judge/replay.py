@@ -52,6 +52,10 @@ def replay(worker: HarnessWorker, harness_dir: Path, rollouts: list[dict], tasks
     knobs = read_knobs(harness_dir)
     samples = [{"prompt": r["prompt"], "completion": r["completion"], "task": tasks[r["task_id"]],
                 "truncated": r["truncated"], "completion_tokens": r["completion_tokens"]} for r in rollouts]
+    for sample, r in zip(samples, rollouts):  # a code domain's visible-test run, as training's reward saw it
+        execution = (r.get("extra") or {}).get("execution")
+        if execution is not None:
+            sample["execution"] = execution
     components = worker.score(samples)
     rows = [{**r, "reward": total_reward(comps, knobs), "reward_components": comps}
             for r, comps in zip(rollouts, components)]

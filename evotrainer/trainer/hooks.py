@@ -156,6 +156,17 @@ def make_trainer_class():
     return _HarnessGRPOTrainer
 
 
+def rollout_extra(sample: dict[str, Any], cut: bool) -> dict[str, Any]:
+    """A rollout's ``extra``: whether its truncation was masked, the reward-side execution of its code (what harness
+    code saw as ``sample["execution"]``: replay shows it again) and whether the grader failed on it."""
+    extra: dict[str, Any] = {"masked_truncated": True} if cut else {}
+    if sample.get("execution") is not None:
+        extra["execution"] = sample["execution"]
+    if sample.get("grader_error"):
+        extra["grader_error"] = True
+    return extra
+
+
 class HarnessHooks:
     """The bridge between TRL's callbacks and the sandboxed harness worker, plus the rollout log."""
 
@@ -182,13 +193,19 @@ class HarnessHooks:
             samples.append({"prompt": as_text(prompt), "completion": as_text(completion),
                             "task": self.domain.harness_task(task), "truncated": truncated,
                             "completion_tokens": len(ids)})
+        texts = [s["completion"] for s in samples]
+        executions = self.domain.reward_executions(tasks, texts)  # the visible tests: harness code cannot run code
+        for sample, execution in zip(samples, executions or []):
+            sample["execution"] = execution
         components = self.worker.score(samples)
+        verdicts = self.domain.verify_batch(tasks, texts)  # evaluator, not harness (code: the hidden tests)
         totals = []
-        for sample, task, comps in zip(samples, tasks, components):
+        for sample, verdict, comps in zip(samples, verdicts, components):
             total = total_reward(comps, self.knobs)
             sample["reward_components"] = comps
             sample["reward"] = total
-            sample["verified"] = self.domain.verify(task, sample["completion"])  # evaluator, not harness
+            sample["verified"] = bool(verdict)
+            sample["grader_error"] = verdict is None  # never a wrong answer: counted apart in extra
             totals.append(float(total))
         self.pending.extend(samples)
         return totals
@@ -224,6 +241,6 @@ class HarnessHooks:
                 prompt=s["prompt"], completion=s["completion"], completion_tokens=s["completion_tokens"],
                 truncated=s["truncated"], reward=s["reward"], reward_components=s["reward_components"],
                 verified=s["verified"], advantage=float(adv) if trains(keep, cut) else 0.0, kept=keep,
-                extra={"masked_truncated": True} if cut else {},
+                extra=rollout_extra(s, cut),
             ))
 

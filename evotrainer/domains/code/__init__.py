@@ -159,6 +159,10 @@ class CodeDomain(Domain):
         """``verify`` for a whole batch in one executor call; None where the executor failed (a grader error)."""
         return [None if e.status == "grader_error" else e.status == "ok" for e in self.execute(tasks, completions)]
 
+    def reward_executions(self, tasks: list[Task], completions: list[str]) -> list[dict] | None:
+        """Each completion on its task's visible tests, one executor batch (the reward's evidence)."""
+        return [e.as_dict() for e in self.execute(tasks, completions, "tests")]
+
     def verify(self, task: Task, completion: str) -> bool:
         """Every hidden test passes; :class:`GraderError` when the executor could not say."""
         execution = self.execute([task], [completion])[0]
