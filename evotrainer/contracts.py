@@ -41,8 +41,10 @@ class Rollout(_Model):
     verified: bool = Field(description="ground truth from the evaluator's verifier, never computed by the harness")
     advantage: float = Field(description="advantage the rollout trained with (0 when it was filtered out)")
     kept: bool = Field(description="whether the harness filters let the rollout train")
-    turns: int = 1
-    tool_calls: int = 0
+    turns: int = Field(1, description="policy turns (multi-turn shapes: evotrainer.trainer.shapes; else 1)")
+    tool_calls: int = Field(0, description="tool calls the policy made")
+    tool_errors: int = Field(0, description="tool calls the environment answered with an error")
+    hit_turn_cap: bool = Field(False, description="the turn cap stopped the rollout while it still called a tool")
     extra: dict[str, Any] = Field(default_factory=dict)
 
 

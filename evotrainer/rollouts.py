@@ -25,7 +25,9 @@ SPREAD_EPS = 1e-6
 # What harness code (filters.py, diagnostics.py) sees of a rollout, the same in training and in the backtest's
 # replay, so an edit judged on replay behaves the same way when it trains. Never the evaluator's ``verified``.
 HARNESS_VIEW = ("phase", "step", "group_id", "sample_idx", "task", "task_id", "difficulty", "prompt", "completion",
-                "completion_tokens", "truncated", "reward", "reward_components", "advantage")
+                "completion_tokens", "truncated", "reward", "reward_components", "advantage", "turns", "tool_calls",
+                "tool_errors", "hit_turn_cap")
+TURN_DEFAULTS = {"turns": 1, "tool_calls": 0, "tool_errors": 0, "hit_turn_cap": False}  # a single-turn rollout's
 
 
 def as_text(value: str | list[dict]) -> str:
@@ -43,7 +45,8 @@ def harness_view(row: dict, task: dict, *, decided: bool = False) -> dict:
     """One rollout as harness code sees it: the HARNESS_VIEW fields; with ``decided``, also ``kept`` and the advantage
     it trained with (what diagnostics see). ``task`` must be the harness's view of the training task
     (``Domain.harness_task``, as ``RunDir.harness_tasks`` gives it: answer included, evaluator-only fields never)."""
-    view = {k: row[k] for k in HARNESS_VIEW if k not in ("task", "task_id", "difficulty")}
+    view = {k: row.get(k, TURN_DEFAULTS.get(k)) if k in TURN_DEFAULTS else row[k]
+            for k in HARNESS_VIEW if k not in ("task", "task_id", "difficulty")}
     view.update(task=task, task_id=task["id"], difficulty=task["difficulty"])
     execution = row.get("execution", (row.get("extra") or {}).get("execution"))  # a code domain's visible tests
     if execution is not None:
@@ -72,9 +75,11 @@ def read_rollouts(path: Path) -> list[dict]:
     for row in rows:
         for col in _JSON_COLUMNS:
             row[col] = json.loads(row[col]) if isinstance(row.get(col), str) else (row.get(col) or {})
-        for key in ("truncated", "verified", "kept"):
+        for key, default in TURN_DEFAULTS.items():  # a store written before these fields reads as single-turn
+            row[key] = row.get(key, default)
+        for key in ("truncated", "verified", "kept", "hit_turn_cap"):
             row[key] = bool(row[key])
-        for key in ("phase", "step", "sample_idx", "completion_tokens", "turns", "tool_calls"):
+        for key in ("phase", "step", "sample_idx", "completion_tokens", "turns", "tool_calls", "tool_errors"):
             row[key] = int(row[key])
         for key in ("reward", "advantage"):
             row[key] = float(row[key])

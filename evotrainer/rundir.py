@@ -220,7 +220,7 @@ class RunDir:
         cfg = self.load_config()
         domain = get_domain(cfg.domain)
         return ensure_base_policy(cfg, self.root, self.tasks("warmup"), domain.canonical_prompt, log=log,
-                                  progress=progress, near_miss=domain.near_miss)
+                                  progress=progress, near_miss=domain.near_miss, domain=domain)
 
     def baseline(self, checkpoint: str | None = None, split: str = "held_out") -> EvalResult | None:
         """The starting checkpoint's result on a split (held_out or dev; of ``checkpoint`` when given), if measured."""

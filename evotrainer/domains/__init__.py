@@ -59,6 +59,7 @@ def get_domain(name: str) -> Domain:
 
 
 register("math", "evotrainer.domains.math", "MathDomain", demo_fault="reward_hacking")
+register("tools", "evotrainer.domains.tools", "ToolsDomain")
 register("code", "evotrainer.domains.code", "CodeDomain")
 
 DOMAINS = tuple(_REGISTRY)  # every registered domain (tests that must hold for every domain iterate over it)

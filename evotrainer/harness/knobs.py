@@ -45,6 +45,7 @@ class Knobs(BaseModel):
     weight_decay: float = Field(0.0, ge=0, lt=1)
     updates_per_batch: int = Field(1, ge=1, le=8)
     oversample: int = Field(1, ge=1, le=8)
+    max_turns: int | None = Field(None, ge=1, le=16)  # a multi-turn domain's training turn cap (trainer.shapes)
 
     @model_validator(mode="after")
     def _every_knob_acts(self) -> "Knobs":

@@ -22,7 +22,8 @@ from typing import Callable
 from evotrainer.harness.knobs import read_knobs
 from evotrainer.judge.scoring import batch_advantages, capacity_cut, masked, total_reward, trains
 from evotrainer.metrics import alignment, bootstrap_groups, stdev
-from evotrainer.rollouts import RATIO_FIGURES, group_parts, groups_of, harness_view, level_history, ratio
+from evotrainer.rollouts import (RATIO_FIGURES, TURN_DEFAULTS, group_parts, groups_of, harness_view, level_history,
+                                 ratio)
 from sandbox import HarnessError, HarnessWorker
 
 
@@ -50,8 +51,11 @@ def replay(worker: HarnessWorker, harness_dir: Path, rollouts: list[dict], tasks
     dynamic sampling's capacity, then the advantages the kept rollouts train with, recomputed among them.
     """
     knobs = read_knobs(harness_dir)
+    rollouts = [{**TURN_DEFAULTS, **r} for r in rollouts]  # a store written before the turn fields: single-turn
     samples = [{"prompt": r["prompt"], "completion": r["completion"], "task": tasks[r["task_id"]],
-                "truncated": r["truncated"], "completion_tokens": r["completion_tokens"]} for r in rollouts]
+                "truncated": r["truncated"], "completion_tokens": r["completion_tokens"], "turns": r["turns"],
+                "tool_calls": r["tool_calls"], "tool_errors": r["tool_errors"], "hit_turn_cap": r["hit_turn_cap"]}
+               for r in rollouts]
     for sample, r in zip(samples, rollouts):  # a code domain's visible-test run, as training's reward saw it
         execution = (r.get("extra") or {}).get("execution")
         if execution is not None:

@@ -100,7 +100,7 @@ def warmup_label(answer: str, miss: str | None, slip: float, rng: random.Random)
 
 
 def warm_up(model, tokenizer, examples: list[Example], cfg: TinyPolicyConfig, seed: int, log=print,
-            tick=lambda step, total: None) -> dict:
+            tick=lambda step, total: None, respond=greedy_answers) -> dict:
     """Supervised warm-up on (prompt, answer, near miss) until a held-back probe reaches the target accuracy.
 
     Each time an example is presented, its label is the near miss with probability ``cfg.warmup_slip`` (when it has
@@ -108,7 +108,8 @@ def warm_up(model, tokenizer, examples: list[Example], cfg: TinyPolicyConfig, se
     right answer more often than its greedy choice does, and RL has something to sharpen. The probe's prompts never
     occur in what the warm-up trains on (the pool repeats easy sums), so its accuracy is that on unseen tasks; it
     counts a greedy answer as competent when it is the right answer or the near miss (with ``warmup_slip`` 0 the
-    near miss is never taught, and competent is right).
+    near miss is never taught, and competent is right). ``respond(model, tokenizer, prompts)`` gives the probe's
+    greedy answers (a multi-turn domain's: whole transcripts against each task's environment).
     """
     import torch
 
@@ -126,7 +127,7 @@ def warm_up(model, tokenizer, examples: list[Example], cfg: TinyPolicyConfig, se
     t0 = time.time()
 
     def score() -> tuple[float, float]:
-        said = greedy_answers(model, tokenizer, [p for p, _, _ in probe])
+        said = respond(model, tokenizer, [p for p, _, _ in probe])
         right = sum(g == a for g, (_, a, _) in zip(said, probe))
         slipped = sum(cfg.warmup_slip > 0 and m is not None and g == m != a for g, (_, a, m) in zip(said, probe))
         return (right + slipped) / len(probe), right / len(probe)
@@ -196,12 +197,34 @@ def resolve_model(model: str) -> str:
     return model
 
 
+def transcripts(domain, tasks: list[dict], budget: int = 48):
+    """``respond`` for the warm-up of a multi-turn domain: each prompt's greedy transcript, its tool calls answered
+    by the environment of the task whose canonical prompt it is (``trainer.shapes.run_turns``)."""
+    by_prompt = {domain.canonical_prompt(t): t for t in tasks}
+
+    def respond(model, tokenizer, prompts: list[str]) -> list[str]:
+        from evotrainer.trainer.shapes import run_turns, stop_token_ids
+
+        eos = [tokenizer.eos_token_id]
+        model.eval()
+        turns = run_turns(model, tokenizer, [tokenizer(p)["input_ids"] for p in prompts],
+                          [domain.environment(by_prompt[p]) for p in prompts], budget, domain.eval_turn_cap, eos,
+                          stop_token_ids(tokenizer, domain, eos), dict(do_sample=False))
+        model.train()
+        return [tokenizer.decode(t.completion_ids, skip_special_tokens=True).strip() for t in turns]
+
+    return respond
+
+
 def ensure_base_policy(cfg: Config, run_dir: Path, warmup_tasks: list[dict], canonical_prompt, log=print,
-                       progress=None, near_miss=lambda task: None) -> str:
+                       progress=None, near_miss=lambda task: None, domain=None) -> str:
     """Return what the first phase starts from: a model id/path, or ``RUN_DIR/policy/base`` for the tiny policy.
 
     ``near_miss(task)`` is the domain's common wrong answer to a task (``Domain.near_miss``), taught in a share
     ``policy.tiny.warmup_slip`` of the warm-up's presentations.
+
+    ``domain`` (the run's ``Domain``), when its rollouts are multi-turn (``trainer.shapes``), makes the warm-up teach
+    its reference transcripts and probe them against the tasks' environments; otherwise the warm-up teaches answers.
 
     ``progress(label, total)``, when given, is a context manager yielding ``update(step=, total=)`` (a bar).
     """
@@ -225,12 +248,15 @@ def ensure_base_policy(cfg: Config, run_dir: Path, warmup_tasks: list[dict], can
         rng = random.Random(cfg.seed)
         tasks = list(warmup_tasks)
         rng.shuffle(tasks)
-        examples = [(canonical_prompt(t), t["answer"], near_miss(t)) for t in tasks]
+        turns = domain is not None and getattr(domain, "shape", "single_turn") == "multi_turn"
+        examples = [(canonical_prompt(t), domain.reference_completion(t) if turns else t["answer"], near_miss(t))
+                    for t in tasks]
+        respond = transcripts(domain, tasks) if turns else greedy_answers
         bar = progress("warming up the tiny policy", cfg.policy.tiny.warmup_steps) if progress else \
             contextlib.nullcontext(lambda **_: None)
         with bar as update:
             stats = warm_up(model, tokenizer, examples, cfg.policy.tiny, cfg.seed, log=log,
-                            tick=lambda step, total: update(step=step, total=total))
+                            tick=lambda step, total: update(step=step, total=total), respond=respond)
         tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

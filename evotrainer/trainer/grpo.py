@@ -45,6 +45,7 @@ from evotrainer.trainer.generation import grpo_args
 from evotrainer.trainer.hooks import HarnessHooks, lr_multiplier, make_trainer_class
 from evotrainer.trainer.model import evaluate_as_configured, load_policy, resolve_device, uses_chat
 from evotrainer.trainer.ranks import rank, world
+from evotrainer.trainer.shapes import rollout_func, shape_of
 from evotrainer.trainer.wire import PhaseRequest, PilotResult
 
 Progress = Callable[[dict[str, Any]], None]
@@ -99,6 +100,17 @@ def stop_ids(model, tokenizer) -> list[int]:
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids.update(eos if isinstance(eos, list) else [eos])
     return sorted(i for i in ids if i is not None)
+
+
+def phase_rollout_func(domain, knobs: Knobs, eos_ids: list[int]):
+    """TRL's ``rollout_func`` for the domain's rollout shape (``trainer.shapes``): None for a single-turn domain
+    (TRL generates), the multi-turn loop at the harness's turn cap (``max_turns``, else the domain's) otherwise.
+    A turn cap set for a single-turn domain could not act: ValueError in one line."""
+    if shape_of(domain) == "single_turn":
+        if knobs.max_turns is not None:
+            raise ValueError(f"harness.yaml sets max_turns, but the {domain.name} domain's rollouts are single-turn")
+        return None
+    return rollout_func(domain, knobs.max_turns or domain.eval_turn_cap, eos_ids)
 
 
 def grpo_config(req: PhaseRequest, knobs: Knobs, device: str, output_dir: Path) -> dict[str, Any]:
@@ -242,6 +254,7 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
 
         trainer = make_trainer_class()(
             model=model, processing_class=tokenizer, reward_funcs=[hooks], args=args, train_dataset=dataset,
+            rollout_func=phase_rollout_func(domain, knobs, stop_ids(model, tokenizer)),
             peft_config=peft_config, callbacks=[_Progress()], harness_hooks=hooks, optimizer_state=optimizer_state,
             schedule=lambda k: lr_multiplier(knobs, req.step_offset + k // knobs.updates_per_batch, req.run_steps),
         )

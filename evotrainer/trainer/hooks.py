@@ -117,6 +117,7 @@ def make_trainer_class():
             return kept[share], advantages[share]
 
         def _generate_and_score_completions(self, inputs):
+            self.current_inputs = inputs  # the batch's dataset rows: a multi-turn rollout_func reads their tasks
             output = super()._generate_and_score_completions(inputs)
             batch = self.hooks.take_batch()
             n = output["advantages"].shape[0]
@@ -156,6 +157,15 @@ def make_trainer_class():
     return _HarnessGRPOTrainer
 
 
+def turn_fields(turns: dict[str, Any], n: int) -> dict[str, Any]:
+    """Completion ``n``'s turn figures from what TRL hands a reward function (a multi-turn ``rollout_func``'s
+    per-completion fields, ``evotrainer.trainer.shapes``); a single-turn rollout's when there are none."""
+    if "turns" not in turns:
+        return {"turns": 1, "tool_calls": 0, "tool_errors": 0, "hit_turn_cap": False}
+    return {"turns": int(turns["turns"][n]), "tool_calls": int(turns["tool_calls"][n]),
+            "tool_errors": int(turns["tool_errors"][n]), "hit_turn_cap": bool(turns["hit_turn_cap"][n])}
+
+
 def rollout_extra(sample: dict[str, Any], cut: bool) -> dict[str, Any]:
     """A rollout's ``extra``: whether its truncation was masked, the reward-side execution of its code (what harness
     code saw as ``sample["execution"]``: replay shows it again) and whether the grader failed on it."""
@@ -185,14 +195,16 @@ class HarnessHooks:
         self.__name__ = "harness_reward"  # TRL names reward functions by __name__
 
     # TRL reward function --------------------------------------------------------------------------------------
-    def __call__(self, prompts, completions, completion_ids, task_json, **_: Any) -> list[float]:
+    def __call__(self, prompts, completions, completion_ids, task_json, **turns: Any) -> list[float]:
         tasks = [json.loads(t) for t in task_json]  # whole: the verifier's; harness code gets harness_task's view
         samples = []
-        for prompt, completion, ids, task in zip(prompts, completions, completion_ids, tasks):
+        for n, (prompt, completion, ids, task) in enumerate(zip(prompts, completions, completion_ids, tasks)):
             truncated = not ids or ids[-1] not in self.eos_ids
+            t = turn_fields(turns, n)
             samples.append({"prompt": as_text(prompt), "completion": as_text(completion),
                             "task": self.domain.harness_task(task), "truncated": truncated,
-                            "completion_tokens": len(ids)})
+                            "completion_tokens": len(ids), "turns": t["turns"], "tool_calls": t["tool_calls"],
+                            "tool_errors": t["tool_errors"], "hit_turn_cap": t["hit_turn_cap"]})
         texts = [s["completion"] for s in samples]
         executions = self.domain.reward_executions(tasks, texts)  # the visible tests: harness code cannot run code
         for sample, execution in zip(samples, executions or []):
@@ -241,6 +253,7 @@ class HarnessHooks:
                 prompt=s["prompt"], completion=s["completion"], completion_tokens=s["completion_tokens"],
                 truncated=s["truncated"], reward=s["reward"], reward_components=s["reward_components"],
                 verified=s["verified"], advantage=float(adv) if trains(keep, cut) else 0.0, kept=keep,
-                extra=rollout_extra(s, cut),
+                turns=s["turns"], tool_calls=s["tool_calls"], tool_errors=s["tool_errors"],
+                hit_turn_cap=s["hit_turn_cap"], extra=rollout_extra(s, cut),
             ))
 
