@@ -77,6 +77,10 @@ class Domain(ABC):
         grader itself failed: never a wrong answer, counted apart (``Rollout.extra["grader_error"]``)."""
         return [self.verify(t, c) for t, c in zip(tasks, completions)]
 
+    def verify_tolerant_batch(self, tasks: list[Task], completions: list[str]) -> list[bool | None]:
+        """``verify_tolerant`` for one batch; None where the grader itself failed."""
+        return [self.verify_tolerant(t, c) for t, c in zip(tasks, completions)]
+
     def reward_executions(self, tasks: list[Task], completions: list[str]) -> list[dict] | None:
         """What harness code cannot do itself (it may not spawn processes): each completion run on its task's
         *visible* tests, once per batch before rewards, handed to harness code as ``sample["execution"]``

@@ -155,10 +155,13 @@ def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, d
             gen = out[:, enc["input_ids"].shape[1]:]  # k rows per task, in task order
             texts = tokenizer.batch_decode(gen, skip_special_tokens=True)
             rows = gen.tolist()
+            repeated = [t for t in chunk for _ in range(k)]  # one verifier batch per chunk (code: one executor call)
+            verdicts = domain.verify_batch(repeated, texts)
+            lenients = domain.verify_tolerant_batch(repeated, texts)
             for j, t in enumerate(chunk):
                 own = texts[j * k : (j + 1) * k]
-                score = sum(domain.verify(t, text) for text in own) / k
-                lenient = sum(domain.verify_tolerant(t, text) for text in own) / k
+                score = sum(bool(v) for v in verdicts[j * k : (j + 1) * k]) / k  # a grader error (None) scores 0
+                lenient = sum(bool(v) for v in lenients[j * k : (j + 1) * k]) / k
                 ended += [ids.index(eos) + 1 for ids in rows[j * k : (j + 1) * k] if eos in ids]
                 scores_by[t["difficulty"]].append(score)
                 tolerant_by[t["difficulty"]].append(lenient)

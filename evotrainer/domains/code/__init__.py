@@ -163,6 +163,10 @@ class CodeDomain(Domain):
         """Each completion on its task's visible tests, one executor batch (the reward's evidence)."""
         return [e.as_dict() for e in self.execute(tasks, completions, "tests")]
 
+    def verify_tolerant_batch(self, tasks: list[Task], completions: list[str]) -> list[bool | None]:
+        """The strict verdicts (code forgives no slip), from the same single executor batch."""
+        return self.verify_batch(tasks, completions)
+
     def verify(self, task: Task, completion: str) -> bool:
         """Every hidden test passes; :class:`GraderError` when the executor could not say."""
         execution = self.execute([task], [completion])[0]
