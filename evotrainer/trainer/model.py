@@ -147,21 +147,12 @@ def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, d
         torch.manual_seed(seed)
         for i in range(0, len(tasks), per_call):
             chunk = tasks[i : i + per_call]
-            enc = tokenizer([eval_prompt(tokenizer, domain, t, as_chat) for t in chunk], return_tensors="pt",
-                            padding=True, **encode).to(device)
-            with torch.no_grad():
-                out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                     eos_token_id=eos, **sampling)
-            gen = out[:, enc["input_ids"].shape[1]:]  # k rows per task, in task order
-            texts = tokenizer.batch_decode(gen, skip_special_tokens=True)
-            rows = gen.tolist()
-            repeated = [t for t in chunk for _ in range(k)]  # one verifier batch per chunk (code: one executor call)
-            verdicts = domain.verify_batch(repeated, texts)
-            lenients = domain.verify_tolerant_batch(repeated, texts)
+            texts, rows = _generate(model, tokenizer, domain, chunk, as_chat, encode, device, max_new_tokens,
+                                    eos, sampling, k)
             for j, t in enumerate(chunk):
                 own = texts[j * k : (j + 1) * k]
-                score = sum(bool(v) for v in verdicts[j * k : (j + 1) * k]) / k  # a grader error (None) scores 0
-                lenient = sum(bool(v) for v in lenients[j * k : (j + 1) * k]) / k
+                score = sum(domain.verify(t, text) for text in own) / k
+                lenient = sum(domain.verify_tolerant(t, text) for text in own) / k
                 ended += [ids.index(eos) + 1 for ids in rows[j * k : (j + 1) * k] if eos in ids]
                 scores_by[t["difficulty"]].append(score)
                 tolerant_by[t["difficulty"]].append(lenient)
@@ -178,6 +169,34 @@ def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, d
         tolerant_accuracy=sum(allt) / max(len(allt), 1), tolerant_by_difficulty=mean(tolerant_by),
         tolerant_items=tolerant, answers=given,
     )
+
+
+def _generate(model, tokenizer, domain, chunk: list[dict], as_chat: bool, encode: dict, device: str,
+              max_new_tokens: int, eos: int, sampling: dict, k: int) -> tuple[list[str], list[list[int]]]:
+    """The completions (text and token ids, k per task in task order) of one chunk of evaluator tasks, in the
+    domain's rollout shape: one generation, or the multi-turn loop against each task's environment at the
+    evaluator's turn cap and budget (``eval_turn_cap``; the larger of ``max_new_tokens`` and
+    ``transcript_budget`` bounds the whole transcript)."""
+    import torch
+
+    from evotrainer.trainer.shapes import run_turns, shape_of, stop_token_ids
+
+    prompts = [eval_prompt(tokenizer, domain, t, as_chat) for t in chunk]
+    if shape_of(domain) == "multi_turn":
+        sampling = {key: v for key, v in sampling.items() if key != "num_return_sequences"}
+        ids = [tokenizer(p, **encode)["input_ids"] for p in prompts for _ in range(k)]
+        envs = [domain.environment(t) for t in chunk for _ in range(k)]
+        budget = max(max_new_tokens, domain.transcript_budget)  # a transcript is longer than an answer
+        turns = run_turns(model, tokenizer, ids, envs, budget, domain.eval_turn_cap, [eos],
+                          stop_token_ids(tokenizer, domain, [eos]), sampling)
+        rows = [t.completion_ids for t in turns]
+        return tokenizer.batch_decode(rows, skip_special_tokens=True), rows
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, **encode).to(device)
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                             eos_token_id=eos, **sampling)
+    gen = out[:, enc["input_ids"].shape[1]:]  # k rows per task, in task order
+    return tokenizer.batch_decode(gen, skip_special_tokens=True), gen.tolist()
 
 
 def ended_length(lengths: list[int], budget: int) -> dict[str, float]:
