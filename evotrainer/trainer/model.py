@@ -149,10 +149,13 @@ def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, d
             chunk = tasks[i : i + per_call]
             texts, rows = _generate(model, tokenizer, domain, chunk, as_chat, encode, device, max_new_tokens,
                                     eos, sampling, k)
+            repeated = [t for t in chunk for _ in range(k)]  # one verifier batch per chunk (code: one executor call)
+            verdicts = domain.verify_batch(repeated, texts)
+            lenients = domain.verify_tolerant_batch(repeated, texts)
             for j, t in enumerate(chunk):
                 own = texts[j * k : (j + 1) * k]
-                score = sum(domain.verify(t, text) for text in own) / k
-                lenient = sum(domain.verify_tolerant(t, text) for text in own) / k
+                score = sum(bool(v) for v in verdicts[j * k : (j + 1) * k]) / k  # a grader error (None) scores 0
+                lenient = sum(bool(v) for v in lenients[j * k : (j + 1) * k]) / k
                 ended += [ids.index(eos) + 1 for ids in rows[j * k : (j + 1) * k] if eos in ids]
                 scores_by[t["difficulty"]].append(score)
                 tolerant_by[t["difficulty"]].append(lenient)
