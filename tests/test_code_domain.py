@@ -7,7 +7,7 @@ import pytest
 
 from evotrainer.domains.base import SPLITS
 from evotrainer.domains.code import LEVELS, CodeDomain, GraderError
-from evotrainer.execute import ExecLimits
+from evotrainer.domains.execute import ExecLimits
 
 SIZES = {"held_out": 8, "dev": 8, "rl": 16, "warmup": 40}
 

@@ -1,5 +1,5 @@
-"""The policy-code executor (evotrainer/execute.py): every way a program misbehaves ends in its status, the batch
-always finishes, and a failure of the executor itself is a grader_error, never a wrong answer."""
+"""The policy-code executor (evotrainer/domains/execute.py): every way a program misbehaves ends in its status, the
+batch always finishes, and a failure of the executor itself is a grader_error, never a wrong answer."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from evotrainer.execute import ExecLimits, count_statuses, run_batch
+from evotrainer.domains.execute import ExecLimits, count_statuses, run_batch
 
 TESTS = [{"call": "f(2)", "expected": 5}, {"call": "f(7)", "expected": 10}]
 FAST = ExecLimits(time_s=1.0, memory_mb=256)

@@ -19,17 +19,17 @@ A task's two examples are its *visible* tests (in the prompt and in ``tests``: h
 *hidden* tests (inputs 0-29 other than the examples, drawn from the task's own seed) are the evaluator's
 (``hidden_fields``: never in ``harness_task``) and alone decide ``verified``. Level 4's examples often fit a line as
 well, so a body that passes the visible tests can fail the hidden ones: the visible-pass / hidden-fail rate a code
-harness must not reward. Code runs only in the policy-code executor (``evotrainer.execute``), never in-process; an
-execution the executor itself could not finish (``grader_error``) is never a wrong answer: ``verify`` raises
-:class:`GraderError` for it and ``verify_batch`` answers None.
+harness must not reward. Code runs only in the policy-code executor (``evotrainer.domains.execute``), never
+in-process; an execution the executor itself could not finish (``grader_error``) is never a wrong answer: ``verify``
+raises :class:`GraderError` for it and ``verify_batch`` answers None.
 
 Splits are drawn as math's (``evotrainer.domains.math``): per level the held-out split first, then dev, then the
 RL and warm-up pools from what is left; no prompt is in two splits and the same seed gives the same tasks. The
 warm-up teaches the reference body; its near miss is the body with the constant off by one (``x + 4`` for
 ``x + 3``): a slip that passes no test. Try it alone::
 
-    python -c "from evotrainer.domains.code import CodeDomain; d = CodeDomain(); t = d.splits(0, {'dev': 4})['dev'][0]; \
-               print(d.canonical_prompt(t) + t['answer']); print(d.verify(t, t['answer']))"
+    python -c "from evotrainer.domains.code import CodeDomain; d = CodeDomain(); \
+               t = d.splits(0, {'dev': 4})['dev'][0]; print(d.canonical_prompt(t) + t['answer'], d.verify(t, t['answer']))"
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import random
 
 from evotrainer.domains.base import ID_PREFIX, SPLITS, Domain, Task
 from evotrainer.domains.math import _distinct
-from evotrainer.execute import ExecLimits, Execution, run_batch
+from evotrainer.domains.execute import ExecLimits, Execution, run_batch
 
 INPUTS = range(20)  # example inputs
 HIDDEN_INPUTS = range(30)  # hidden test inputs (never the examples)

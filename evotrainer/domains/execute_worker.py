@@ -1,5 +1,5 @@
 """The policy-code executor's batch worker: a standalone script (standard library only, run by path with ``python -I``)
-that ``evotrainer.execute`` starts once per generated batch. It reads one JSON object from stdin::
+that ``evotrainer.domains.execute`` starts once per generated batch. It reads one JSON object from stdin::
 
     {"jobs": [{"program": str, "tests": [{"call": "f(2)", "expected": 5}, ...]}, ...],
      "time_s": float, "memory_mb": int, "python": str}
@@ -8,14 +8,14 @@ and, for each job in turn, runs the program in a child of its own (own session a
 RLIMIT_CPU, stdin/stdout/stderr discarded, killed with its whole group at the time limit and reaped), then prints one
 JSON line per job: ``{"status": ..., "passed": k, "total": n, "detail": str}``.
 
-A child reports over a pipe the policy's code never sees by number (its number given on the command line, duplicated
-before the program runs and the original closed), one line per test and a final ``done`` line: a program that exits early
-(``os._exit(0)``) has no ``done`` line and fails; what a program prints goes to /dev/null and scores nothing. A test
+A child reports over its own pipe (moved to a fresh descriptor before the program runs: not stdout), one line per
+test and a final ``done`` line: a program that exits early (``os._exit(0)``) has no ``done`` line and fails; what a
+program prints goes to /dev/null and scores nothing. A test
 passes only when the call returns a value of exactly the expected type that equals the expected value (a returned
 object whose ``__eq__`` says yes to everything does not pass). Try it alone::
 
     echo '{"jobs":[{"program":"def f(x):\\n    return x+1","tests":[{"call":"f(1)","expected":2}]}],
-    "time_s":2,"memory_mb":256,"python":"python3"}' | python3 -I evotrainer/execute_worker.py
+    "time_s":2,"memory_mb":256,"python":"python3"}' | python3 -I evotrainer/domains/execute_worker.py
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Policy code that loops, eats memory, forks or exits early is the policy's failure, scored as such, not an attack by
 the harness, so it runs here and never in-process: :func:`run_batch` is called once per generated batch and starts
-one fresh worker process (``evotrainer/execute_worker.py``, standard library only) for the whole batch; the worker
-runs each program in a child of its own with a time limit, an address-space limit (RLIMIT_AS) and a CPU limit, its
+one fresh worker process (``evotrainer/domains/execute_worker.py``, standard library only) for the whole batch;
+the worker runs each program in a child of its own with a time limit, an address-space limit (RLIMIT_AS) and a
+CPU limit, its
 process group killed and reaped after it. Where this machine allows unprivileged namespaces (``unshare``) the worker
 runs in its own user, network and PID namespaces: no network, and every process a program leaves behind dies with
 the worker; otherwise (``process``) only the limits and the group kill hold.
@@ -13,7 +14,7 @@ raised or ended before its tests did), ``timeout``, ``syntax_error``, ``no_code`
 executor itself failed (the worker could not start, died or answered nonsense): never a wrong answer; callers count
 it and leave it out of scores. Try it alone::
 
-    python -m evotrainer.execute   # runs three programs and prints their executions
+    python -m evotrainer.domains.execute   # runs three programs and prints their executions
 """
 
 from __future__ import annotations
