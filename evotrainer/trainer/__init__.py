@@ -5,6 +5,7 @@
     wire.py        the request and result types both sides share (they carry the config's own sections)
     grpo.py        one phase or pilot: GRPOTrainer with the harness hooks, rollouts logged, held-out eval
     hooks.py       the GRPOTrainer subclass that applies the harness (rewards, filters, knobs) in the sandbox
+    shapes.py      rollout shapes: single-turn, and multi-turn with tool calls and an environment mask
     model.py       loading the policy (tiny, Hugging Face, LoRA) and scoring it on a split
     generation.py  how rollouts are generated (transformers or colocated vLLM)
     dashboards.py  training.report_to: TRL's dashboards, one run per phase
