@@ -6,14 +6,16 @@ levels with disjoint prompt spaces. The canonical prompt and a right completion:
         return                                   completion: " x + 3"
 
 Each level is a set of function *families* (a family and its constants give the reference body); a prompt is a
-function and an ordered pair of distinct example inputs from 0-19, so a prompt's family can be read off its
-reference body and no family belongs to two levels: the levels' prompt spaces are disjoint by construction.
+function and an ordered pair of distinct example inputs from 0-19, and no family belongs to two levels. Two functions
+can show the same two examples (``x % 5`` and ``x - 4`` at 5 and 6), and the prompt is the examples, so a level's
+space keeps only the first index of each prompt and none an earlier level shows (``_space``): no prompt is in two
+splits or two levels (level 4 loses 3,050 of its 12,920 to levels 1-3 and to itself).
 
     level  families                                   functions  distinct prompts
     1      x + a, x - a            (a 1-9)            18         6,840
     2      x * a (a 2-9), a - x    (a 10-19)          18         6,840
     3      x * a + b, x * a - b    (a 2-9, b 1-9)     144        54,720
-    4      x * x + b, x * x - b (b 1-9), x // a, x % a (a 2-9)   34   12,920
+    4      x * x + b, x * x - b (b 1-9), x // a, x % a (a 2-9)   34   9,870
 
 A task's two examples are its *visible* tests (in the prompt and in ``tests``: harness code may see them); its six
 *hidden* tests (inputs 0-29 other than the examples, drawn from the task's own seed) are the evaluator's
@@ -34,6 +36,7 @@ warm-up teaches the reference body; its near miss is the body with the constant 
 
 from __future__ import annotations
 
+import functools
 import random
 
 from evotrainer.domains.base import ID_PREFIX, SPLITS, Domain, Task
@@ -67,9 +70,35 @@ def _families() -> dict[str, list[Function]]:
 LEVELS: dict[str, list[Function]] = _families()
 
 
+@functools.cache
+def _space(level: str) -> tuple[int, ...]:
+    """A level's prompt space: the indices (function, ordered pair of example inputs) whose two examples no earlier
+    index of this level or of an earlier level shows. Two functions can agree on both examples (``x + 4`` and
+    ``x * 2`` at 4), and the prompt is the examples: keeping the first makes each prompt one task, so no prompt is in
+    two splits or two levels (the first function is the task's, and its hidden tests judge)."""
+    seen: set[str] = set()
+    for lv in LEVELS:
+        if lv == level:
+            break
+        seen.update(_examples(lv, i) for i in range(len(LEVELS[lv]) * len(_PAIRS)))
+    out = []
+    for i in range(len(LEVELS[level]) * len(_PAIRS)):
+        text = _examples(level, i)
+        if text not in seen:
+            seen.add(text)
+            out.append(i)
+    return tuple(out)
+
+
+def _examples(level: str, index: int) -> str:
+    fn_index, pair_index = divmod(index, len(_PAIRS))
+    fn = LEVELS[level][fn_index][1]
+    return ", ".join(f"f({x}) == {fn(x)}" for x in _PAIRS[pair_index])
+
+
 def space_size(level: str) -> int:
-    """Distinct prompts of a level: its functions times the ordered pairs of example inputs."""
-    return len(LEVELS[level]) * len(_PAIRS)
+    """Distinct prompts of a level (``_space``)."""
+    return len(_space(level))
 
 
 class GraderError(RuntimeError):
@@ -114,7 +143,8 @@ class CodeDomain(Domain):
         return out
 
     @staticmethod
-    def _task(task_id: str, level: str, index: int) -> Task:
+    def _task(task_id: str, level: str, position: int) -> Task:
+        index = _space(level)[position]
         fn_index, pair_index = divmod(index, len(_PAIRS))
         body, fn, _ = LEVELS[level][fn_index]
         shown = _PAIRS[pair_index]
