@@ -123,7 +123,9 @@ def test_the_evidence_moves_size_from_is_what_the_diagnostician_cites():
 
 def test_every_knob_has_moves_both_ways_and_every_knob_move_a_mirror_or_a_reason():
     numeric = {k for k, row in KNOBS.items() if not row.values}
-    assert set(KNOBS) == set(Knobs.model_fields) - {"reward_weights", "curriculum_weights"}
+    # max_turns: a multi-turn domain's turn cap, absent from every single-turn harness; its moves belong with the
+    # tools domain's (issue 41: not written yet)
+    assert set(KNOBS) == set(Knobs.model_fields) - {"reward_weights", "curriculum_weights", "max_turns"}
     by_name = {m.name: m for m in for_domain("math")}
     for key in numeric:
         assert {f"raise_{key}", f"lower_{key}"} <= set(by_name), key
