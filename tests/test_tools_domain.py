@@ -136,12 +136,12 @@ def test_a_short_tools_phase_trains_and_records_its_turns(tmp_path, policy_cache
     monkeypatch.setenv("EVOTRAINER_CACHE", str(policy_cache))
     rd = RunDir(tmp_path / "run")
     rd.init(C.apply_overrides(C.parse({}), ["domain=tools", "policy.tiny.warmup_steps=60",
-                                            "policy.tiny.warmup_target_accuracy=1.0", "training.eval_size=8",
-                                            "training.dev_size=8", "training.train_pool_size=40"]), log=lambda _: None)
+                                            "policy.tiny.warmup_target_accuracy=1.0", "training.eval_size=10",
+                                            "training.dev_size=40", "training.train_pool_size=100"]), log=lambda _: None)
     base = rd.ensure_policy(log=lambda _: None)
     req = PhaseRequest(run_dir=str(rd.root), phase=1, harness_sha=HarnessRepo(rd.harness).sha("main"),
                        init_checkpoint=base, steps=2, seed=0, domain="tools",
-                       training=TrainingConfig(prompts_per_step=2, eval_size=8, dev_size=8),
+                       training=TrainingConfig(prompts_per_step=2, eval_size=10, dev_size=40),
                        sandbox=SandboxConfig(backend="process"))
     result = run_phase(req)
     rows = read_rollouts(rd.rollout_file(1))
