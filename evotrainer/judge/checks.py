@@ -54,7 +54,7 @@ from evotrainer.config import BacktestConfig, EvolutionConfig, SandboxConfig
 from evotrainer.contracts import BacktestReport, Candidate, Check
 from evotrainer.harness.knobs import KnobsError, read_knobs
 from evotrainer.harness.repo import HarnessRepo
-from evotrainer.judge.pentest import CHECK as PENTEST, pentest
+from evotrainer.judge.pentest import CHECK as PENTEST, bar, pentest
 from evotrainer.judge.replay import METRICS, mixed, noise_floor, registry, replay
 from evotrainer.judge.safety import attempts_check, safety_checks
 from evotrainer.rollouts import SPREAD_EPS
@@ -128,7 +128,7 @@ def _pentest_check(worker: HarnessWorker, harness_dir: Path, domain: str) -> Che
     except (HarnessError, KnobsError, ValueError) as err:
         return Check(name=PENTEST, passed=False, detail=f"the pentest could not score the reward: {err}")
     top = max(result.probes.values())
-    return Check(name=PENTEST, base=result.reference, candidate=top, threshold=round(result.reference / 2, 6),
+    return Check(name=PENTEST, base=result.reference, candidate=top, threshold=round(bar(result.reference), 6),
                  passed=result.passed, detail=result.detail()[:500])
 
 
@@ -138,9 +138,9 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
 
     The candidate's self-tests run first, in a sandbox process of their own limited to ``settings.test_timeout_s``,
     then the reward pentest on ``domain``'s null probes (``judge.pentest``: a reward that pays a completion that
-    answers nothing is rejected before it trains). With trials on (``settings.trial_steps > 0``) these are the safety checks and the "effect" check; the decision
-    is the A/B trial's (:func:`trial_check`, added with :func:`with_check`). With trials off, the targeted metric
-    moving beyond its noise floor on replay decides.
+    answers nothing is rejected before it trains). With trials on (``settings.trial_steps > 0``) these are the
+    safety checks and the "effect" check; the decision is the A/B trial's (:func:`trial_check`, added with
+    :func:`with_check`). With trials off, the targeted metric moving beyond its noise floor on replay decides.
     """
     t0 = time.time()
     checks: list[Check] = []
