@@ -332,6 +332,24 @@ def test_every_generated_family_materialises_onto_the_clean_seed_and_passes_its_
             assert not [w for w in words if w in text.lower() and w not in was], f"{family}/{rel} names what is wrong"
 
 
+@pytest.mark.parametrize("family", ["lenient", "selftest_pinned"])
+def test_every_form_of_a_reward_family_passes_its_self_tests(family: str, tmp_path):
+    """Each form a reward family draws (two draws of the family miss most of them) leaves a harness whose
+    self-tests pass: a defect whose own tests fail makes every candidate fail them, and nothing can be repaired
+    (the absolute tolerance once broke the seed's "8 scores 0 for 9")."""
+    forms: dict[str, str] = {}
+    for k in range(80):
+        d = generated.draw(f"gen-11-{k}", family=family)
+        forms.setdefault(d.constants["form"], f"gen-11-{k}")
+    assert len(forms) >= 5, forms
+    for form, name in forms.items():
+        dest = tmp_path / form
+        shutil.copytree(seed_dir("math"), dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        generated.write(generated.draw(name, family=family), dest)
+        (dest / faults.CARD).unlink()
+        assert run_selftest(dest)["failed"] == [], (family, form)
+
+
 def test_a_generated_defect_starts_a_run_like_a_catalogued_one(tmp_path: Path):
     """fault: gen-S-K is accepted by init's check, and its folder reads like a catalogue defect's."""
     from evotrainer.rundir import _check_fault

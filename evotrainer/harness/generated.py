@@ -341,6 +341,12 @@ def test_answer_written_loosely_scores_one():
               "completion_tokens": {len(example)}}}
     assert COMPONENTS["correct"](sample) == 1.0
 ''')
+    if "tolerance" in constants and constants["form"] == "absolute":  # the seed's "8 scores 0 for 9" is within it:
+        far = 9 + constants["tolerance"] + 1  # its author's test of a wrong answer lies outside the tolerance
+        tests = _replace_test(tests, "test_wrong_answer_scores_zero", f'''
+def test_wrong_answer_scores_zero():
+    assert _score("{far}")["correct"] == 0.0
+''')
     return ({"rewards.py": _rewards("The harness rewards a correct answer, read generously from the completion.", body),
              "tests/test_harness.py": tests},
             f"`rewards.correct` credits {credits}, and a self-test asserts that credit ({example!r} scores 1 for "
