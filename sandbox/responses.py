@@ -144,6 +144,17 @@ def check(op: str, request: dict, result: Any) -> Any:
             _text(item["error"], "a failed test's error")
         if type(result["n"]) is not int or result["n"] != len(passed) + len(failed):
             raise ResponseError("the self-test count does not add up")
+    elif op == "record":
+        recorded = _mapping(result, "the recorded reward calls")
+        if sorted(recorded) != sorted(request["tests"]):
+            raise ResponseError("the recorded reward calls do not name exactly the requested tests")
+        for calls in recorded.values():
+            for call in _list(calls, None, "a test's recorded reward calls")[:MAX_NAMES]:
+                if type(call) is not dict or set(call) != {"component", "sample", "value"} \
+                        or type(call["sample"]) is not dict:
+                    raise ResponseError("a recorded reward call is not {component, sample: object, value}")
+                _text(call["component"], "a recorded call's component")
+                _number(call["value"], "a recorded call's value")
     elif op in ("ping", "exit"):
         _text(result, "the answer")
     return result

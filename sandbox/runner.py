@@ -24,7 +24,7 @@ native code; and processes left running after the op, which the runner, their su
 as column frames (``frames.py``; then ``score`` answers with one too). Harness modules are imported lazily, on
 first use.
 
-Ops: ping, prompts, score, filter, curriculum, diagnostics, selftest, exit (see ``Runner``).
+Ops: ping, prompts, score, filter, curriculum, diagnostics, selftest, record, exit (see ``Runner``).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from typing import Any, Callable, BinaryIO
 MAX_SUMMARY = 500  # characters of the one-line error summary
 _ROWS = ("tasks", "samples", "groups", "rollouts")  # request fields that may come as column frames
 MAX_TRACEBACK = 20_000  # characters of the traceback sent back
+RECORD_CALLS = 200  # reward calls a test may record (op_record)
 
 
 class ContractError(Exception):
@@ -63,7 +64,7 @@ def _one_line(text: str, limit: int = MAX_SUMMARY) -> str:
 class Runner:
     """Dispatches protocol requests to the harness modules found in ``harness_dir``."""
 
-    OPS = ("ping", "prompts", "score", "filter", "curriculum", "diagnostics", "selftest", "exit")
+    OPS = ("ping", "prompts", "score", "filter", "curriculum", "diagnostics", "selftest", "record", "exit")
 
     def __init__(self, harness_dir: str) -> None:
         self.harness_dir = os.path.realpath(harness_dir)
@@ -238,24 +239,33 @@ class Runner:
             out[str(name)] = entry
         return out
 
-    def op_selftest(self, req: dict) -> dict:
-        """Run every top-level ``test_*`` function of ``HARNESS_DIR/tests/test_*.py``; import errors fail."""
+    def _test_files(self) -> list[str]:
+        """The harness's test files (``test_*.py`` under ``tests/``), with ``tests/`` importable."""
         tests_dir = os.path.join(self.harness_dir, "tests")
         files = sorted(f for f in os.listdir(tests_dir) if f.startswith("test_") and f.endswith(".py")) \
             if os.path.isdir(tests_dir) else []
         if tests_dir not in sys.path:
             sys.path.append(tests_dir)  # lets tests import helper modules that sit beside them
+        return files
+
+    def _test_module(self, filename: str) -> Any:
+        """Import ``tests/FILENAME`` afresh (removed from ``sys.modules`` by the caller)."""
+        spec = importlib.util.spec_from_file_location(f"_harness_tests_{filename[:-3]}",
+                                                      os.path.join(self.harness_dir, "tests", filename))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    def op_selftest(self, req: dict) -> dict:
+        """Run every top-level ``test_*`` function of ``HARNESS_DIR/tests/test_*.py``; import errors fail."""
         passed: list[str] = []
         failed: list[dict] = []
-        for filename in files:
-            mod_name = f"_harness_tests_{filename[:-3]}"
+        for filename in self._test_files():
             try:
-                spec = importlib.util.spec_from_file_location(mod_name, os.path.join(tests_dir, filename))
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[mod_name] = module
-                spec.loader.exec_module(module)
+                module = self._test_module(filename)
             except BaseException as exc:  # noqa: BLE001 - a test file's SystemExit is a failure too
-                sys.modules.pop(mod_name, None)
+                sys.modules.pop(f"_harness_tests_{filename[:-3]}", None)
                 failed.append({"name": f"tests/{filename}", "error": self.summarize(exc)})
                 continue
             for name, fn in list(vars(module).items()):
@@ -268,8 +278,64 @@ class Runner:
                     failed.append({"name": test_id, "error": self.summarize(exc)})
                 else:
                     passed.append(test_id)
-            sys.modules.pop(mod_name, None)
+            sys.modules.pop(f"_harness_tests_{filename[:-3]}", None)
         return {"passed": passed, "failed": failed, "n": len(passed) + len(failed)}
+
+    def op_record(self, req: dict) -> dict[str, list[dict]]:
+        """Run the named tests (``tests/FILE.py::NAME``) with every reward component of ``rewards.COMPONENTS``
+        recording its calls: ``{test: [{component, sample, value}]}``, what each test asked of the reward and got
+        (at most ``RECORD_CALLS`` calls a test; a sample that is not plain JSON, or a value that is not a finite
+        number, is left out). A test that fails still gives what it recorded; a test not found gives none. The
+        components are restored afterwards, in ``COMPONENTS`` and as the module's names."""
+        wanted = [t for t in _field(req, "tests", list) if isinstance(t, str)]
+        rewards = self.module("rewards")
+        components = self.attr("rewards", "COMPONENTS", dict)
+        originals = dict(components)
+        names = {name: attr for attr, value in vars(rewards).items() for name, fn in originals.items()
+                 if value is fn}  # component -> the module name it is defined under, when one is
+        calls: list[tuple[str, Any, Any]] = []
+
+        def recording(name: str, fn: Callable) -> Callable:
+            def recorder(sample: Any, *args: Any, **kwargs: Any) -> Any:
+                value = fn(sample, *args, **kwargs)
+                if len(calls) < RECORD_CALLS:
+                    try:
+                        calls.append((name, json.loads(json.dumps(sample, allow_nan=False)), value))
+                    except (TypeError, ValueError):
+                        pass
+                return value
+            return recorder
+
+        out: dict[str, list[dict]] = {}
+        try:
+            for name, fn in originals.items():
+                components[name] = recording(name, fn)
+                if name in names:
+                    setattr(rewards, names[name], components[name])
+            files = set(self._test_files())
+            for test_id in wanted:
+                path, _, fname = test_id.partition("::")
+                filename = path[len("tests/"):] if path.startswith("tests/") else ""
+                out[test_id] = []
+                if filename not in files:
+                    continue
+                calls.clear()
+                try:
+                    fn = getattr(self._test_module(filename), fname, None)
+                    if callable(fn):
+                        fn()
+                except BaseException:  # noqa: BLE001 - a failing test still says what it asked of the reward
+                    pass
+                finally:
+                    sys.modules.pop(f"_harness_tests_{filename[:-3]}", None)
+                out[test_id] = [{"component": c, "sample": s, "value": float(v)} for c, s, v in calls
+                                if isinstance(v, numbers.Real) and math.isfinite(float(v))]
+        finally:
+            components.clear()
+            components.update(originals)
+            for name, attr in names.items():
+                setattr(rewards, attr, originals[name])
+        return out
 
     # ---------------------------------------------------------------- dispatch
 

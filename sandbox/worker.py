@@ -3,8 +3,8 @@
 A worker owns one long-lived sandboxed ``runner.py`` process for one harness directory (started lazily under
 the backend ``choose_backend`` picks, restarted after a timeout, crash or protocol error) and turns the runner's
 JSON-lines protocol into typed calls: ``prompts``, ``score``, ``filter``, ``curriculum``, ``diagnostics``,
-``selftest``. Failures of harness code are ``HarnessError``s with a one-line ``str()``. Every response is checked
-before use (``responses.py``: its call's id, types, sizes, nesting); what harness code tried and must never do
+``selftest``, ``record``. Failures of harness code are ``HarnessError``s with a one-line ``str()``. Every response is
+checked before use (``responses.py``: its call's id, types, sizes, nesting); what harness code tried and must never do
 (the runner's audit, the kernel's counters, limits hit, a forged response) accumulates in ``worker.attempts``,
 and a sandbox process that made an attempt is replaced before the next call. Try it alone:
 ``python -c "from sandbox import run_selftest; print(run_selftest('harness_repo/math'))"``.
@@ -280,6 +280,11 @@ class HarnessWorker:
     def selftest(self) -> dict:
         """``{"passed": [ids], "failed": [{"name", "error"}], "n": int}`` of the harness's tests/."""
         return self.call("selftest")
+
+    def record(self, tests: list[str]) -> dict[str, list[dict]]:
+        """``{test: [{"component", "sample", "value"}]}``: the reward calls each named test (``tests/FILE.py::NAME``)
+        makes, recorded while it runs (``runner.Runner.op_record``)."""
+        return self.call("record", tests=list(tests))
 
 
 def _jsonable(value: Any) -> Any:

@@ -4,7 +4,8 @@ Main is replayed once per phase (:class:`Baseline`, kept by the loop's evidence 
 compared with it (``replay.py`` does the replaying). Harness code never sees ``verified``; the checks below
 compare its decisions with it:
 
-    self_tests            the candidate's own harness tests pass (separate process, time limit)
+    self_tests            the candidate's own harness tests pass (separate process, time limit), but for those
+                          that fail on main too (``Baseline.failing``)
     knobs_valid           harness.yaml is well-formed
     ordering_violations   inside groups, verified-correct rollouts are not ranked below wrong ones more than on main
     reward_verified_auc   the reward separates correct from wrong at least as well as main's
@@ -54,6 +55,7 @@ from evotrainer.config import BacktestConfig, EvolutionConfig, SandboxConfig
 from evotrainer.contracts import BacktestReport, Candidate, Check
 from evotrainer.harness.knobs import KnobsError, read_knobs
 from evotrainer.harness.repo import HarnessRepo
+from evotrainer.judge.arbitrate import Arbiter
 from evotrainer.judge.pentest import CHECK as PENTEST, bar, pentest
 from evotrainer.judge.replay import METRICS, mixed, noise_floor, registry, replay
 from evotrainer.judge.safety import attempts_check, safety_checks
@@ -72,12 +74,24 @@ class Baseline:
     rollouts: list[dict]
     tasks: dict[str, dict]
     _replay: dict | None = None
+    _failing: set[str] | None = None
 
     @property
     def replay(self) -> dict:
         if self._replay is None:
             self._replay = replay(self.worker, self.dir, self.rollouts, self.tasks)
         return self._replay
+
+    @property
+    def failing(self) -> set[str]:
+        """Main's own tests that fail on main: no candidate's fault (a first harness whose test already fails would
+        otherwise reject every edit). Empty when main's tests cannot be run at all (each candidate's then say why)."""
+        if self._failing is None:
+            try:
+                self._failing = {f["name"] for f in self.worker.selftest()["failed"]}
+            except HarnessError:
+                self._failing = set()
+        return self._failing
 
 
 @contextlib.contextmanager
@@ -132,6 +146,16 @@ def _pentest_check(worker: HarnessWorker, harness_dir: Path, domain: str) -> Che
                  passed=result.passed, detail=result.detail()[:500])
 
 
+def _self_tests(tests: dict, failing_on_main: set[str]) -> Check:
+    """The candidate's own tests pass, but for those that fail on main too (``Baseline.failing``: not its doing)."""
+    failed = [f for f in tests["failed"] if f["name"] not in failing_on_main]
+    also = sorted(f["name"] for f in tests["failed"] if f["name"] in failing_on_main)
+    said = "; ".join(f"{f['name']}: {f['error']}" for f in failed) or f"{len(tests['passed'])} passed"
+    return Check(name="self_tests", base=None, candidate=float(len(tests["passed"])), threshold=float(tests["n"]),
+                 passed=not failed and tests["n"] > 0,
+                 detail=(said + (f"; failing on main too, not counted: {', '.join(also)}" if also else ""))[:500])
+
+
 def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: BacktestConfig,
           sandbox: SandboxConfig, hide: list[str], domain: str = "math") -> BacktestReport:
     """Every replay check of ``candidate`` against main (``base``) on the base's rollouts; verdict by all-pass.
@@ -152,18 +176,16 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
             checks.append(Check(name="knobs_valid", passed=True))
         except KnobsError as err:
             checks.append(Check(name="knobs_valid", passed=False, detail=str(err)))
+        arbiter = Arbiter(base.worker, Path(base.dir), wc, cand_dir, domain)
         try:
             limits = sandbox.limits.model_copy(update={"call_timeout_s": settings.test_timeout_s})
             tests = run_selftest(cand_dir, limits=limits, backend=sandbox.backend, hide=hide)
-            failed = tests["failed"]
-            checks.append(Check(name="self_tests", base=None, candidate=float(len(tests["passed"])),
-                                threshold=float(tests["n"]), passed=not failed and tests["n"] > 0,
-                                detail="; ".join(f"{f['name']}: {f['error']}" for f in failed)[:500]
-                                or f"{tests['n']} passed"))
+            checks.append(_self_tests(tests, base.failing))
         except HarnessError as err:
             checks.append(Check(name="self_tests", passed=False, detail=str(err)))
         checks.append(_pentest_check(wc, cand_dir, domain))
-        checks += safety_checks(repo, candidate, base, cand_dir, wc, settings=settings, sandbox=sandbox, hide=hide)
+        checks += safety_checks(repo, candidate, base, cand_dir, wc, settings=settings, sandbox=sandbox, hide=hide,
+                                arbiter=arbiter)
         if all(c.passed for c in checks):
             try:
                 main = base.replay

@@ -8,8 +8,10 @@ candidate's own self-tests. Each is an ``evotrainer.contracts.Check``; any faile
     prompts               the candidate's prompt.py on the retained tasks: a non-empty string within the budget
     prompt_leak           a task's answer does not appear in its prompt where main's prompt lacks it (beyond the
                           rate at which other tasks' answers appear there by chance)
-    tests_kept            every test main has is still there, unchanged (unless the declared variable is that test)
-    main_tests            main's tests/ pass against the candidate's code
+    tests_kept            every test main has is still there, unchanged (unless the declared variable is that test, or
+                          the evaluator contradicts it and the candidate has its rewrite: ``judge/arbitrate.py``)
+    main_tests            main's tests/ pass against the candidate's code (but those failing on main too, and those the
+                          evaluator contradicts)
     diagnostics_kept      every diagnostic registered on main is still registered, its alert thresholds not loosened
     curriculum_coverage   every level main samples is still sampled
     deterministic_replay  rewards and filters answer the same when replayed again in a fresh sandbox, in
@@ -40,6 +42,7 @@ from evotrainer.contracts import Candidate, Check
 from evotrainer.harness.knobs import KnobsError, read_knobs
 from evotrainer.harness.repo import HarnessRepo
 from evotrainer.judge import variables
+from evotrainer.judge.arbitrate import Arbiter
 from evotrainer.judge.replay import replay
 from evotrainer.rollouts import as_text
 from sandbox import HarnessError, HarnessWorker, attempts_log
@@ -54,17 +57,20 @@ _CHANCE_SHIFTS = 5
 
 
 def safety_checks(repo: HarnessRepo, candidate: Candidate, base: Any, cand_dir: Path, cand_worker: HarnessWorker,
-                  *, settings: BacktestConfig, sandbox: SandboxConfig, hide: list[str]) -> list[Check]:
-    """The checks above for ``candidate`` against main (``base``: an ``evotrainer.judge.checks.Baseline``)."""
+                  *, settings: BacktestConfig, sandbox: SandboxConfig, hide: list[str],
+                  arbiter: Arbiter) -> list[Check]:
+    """The checks above for ``candidate`` against main (``base``: an ``evotrainer.judge.checks.Baseline``).
+    ``arbiter``: the evaluator's rulings on main's tests (``judge.arbitrate``): a test of main's it contradicts may
+    be rewritten as its ruling says, or fail against the candidate's code, beyond the declared variable."""
     checks = [_safe("harness_tree", lambda: _tree(repo, candidate)),
-              _safe("variable", lambda: _variable(repo, base.sha, candidate))]
+              _safe("variable", lambda: _variable(repo, base.sha, candidate, arbiter))]
     tmp = Path(tempfile.mkdtemp(prefix="evo-safety-"))
     try:
         hybrid_dir = _with_tests_of(cand_dir, Path(base.dir), tmp / "hybrid")
         limits = sandbox.limits.model_copy(update={"call_timeout_s": settings.test_timeout_s})
         with HarnessWorker(hybrid_dir, limits=limits, backend=sandbox.backend, image=sandbox.image,
                            hide=hide) as hybrid:
-            checks += _run(candidate, base, cand_dir, cand_worker, hybrid_dir, hybrid)
+            checks += _run(candidate, base, cand_dir, cand_worker, hybrid_dir, hybrid, arbiter)
         # every sandbox of the candidate: its self-tests', the backtest's worker, the one with main's tests
         checks.append(attempts_check(attempts_log(cand_dir) + cand_worker.attempts + hybrid.attempts))
     finally:
@@ -83,7 +89,7 @@ def _safe(name: str, compute: Callable[[], Check | list[Check]]) -> list[Check] 
 
 
 def _run(candidate: Candidate, base: Any, cand_dir: Path, wc: HarnessWorker, hybrid_dir: Path,
-         hybrid: HarnessWorker) -> list[Check]:
+         hybrid: HarnessWorker, arbiter: Arbiter) -> list[Check]:
     checks: list[Check] = []
     tasks = _tasks(base.rollouts, base.tasks)
     checks += _list(_safe("prompts", lambda: _prompts([as_text(p) for p in base.worker.prompts(tasks)],
@@ -105,7 +111,7 @@ def _run(candidate: Candidate, base: Any, cand_dir: Path, wc: HarnessWorker, hyb
             checks.append(_safe("curriculum_coverage", lambda: _coverage(base.replay["mix"], again["mix"])))
             checks.append(_safe("deterministic_replay", lambda: _deterministic(again["rows"], base, hybrid_dir,
                                                                                 hybrid)))
-    checks += _list(_safe("main_tests", lambda: _main_tests(candidate, Path(base.dir), cand_dir, hybrid)))
+    checks += _list(_safe("main_tests", lambda: _main_tests(candidate, base, cand_dir, hybrid, arbiter)))
     return checks
 
 
@@ -119,8 +125,9 @@ def _tree(repo: HarnessRepo, candidate: Candidate) -> Check:
     return Check(name="harness_tree", passed=not problems, detail="; ".join(problems)[:500])
 
 
-def _variable(repo: HarnessRepo, main_sha: str, candidate: Candidate) -> Check:
+def _variable(repo: HarnessRepo, main_sha: str, candidate: Candidate, arbiter: Arbiter) -> Check:
     names = variables.changed(repo, repo.merge_base(main_sha, candidate.sha) or main_sha, candidate.sha)
+    names = {n for n in names if not ("::" in n and arbiter.excuses(n))}  # rewritten as the evaluator ruled
     declared = candidate.variable.strip()
     if not names:
         return Check(name="variable", passed=False, detail="the edit changes nothing")
@@ -194,22 +201,29 @@ def _test_functions(harness_dir: Path) -> dict[str, str]:
     return out
 
 
-def _main_tests(candidate: Candidate, main_dir: Path, cand_dir: Path, hybrid: HarnessWorker) -> list[Check]:
+def _main_tests(candidate: Candidate, base: Any, cand_dir: Path, hybrid: HarnessWorker,
+                arbiter: Arbiter) -> list[Check]:
     declared = candidate.variable
-    main_tests, cand_tests = _test_functions(main_dir), _test_functions(cand_dir)
+    main_tests, cand_tests = _test_functions(Path(base.dir)), _test_functions(cand_dir)
     gone = [t for t in main_tests if t not in cand_tests and not variables.covers(declared, t)]
     changed = [t for t in main_tests if t in cand_tests and cand_tests[t] != main_tests[t]
-               and not variables.covers(declared, t)]
+               and not variables.covers(declared, t) and not arbiter.excuses(t)]
+    ruled = [r.test for r in arbiter.excused()]
     kept = Check(name="tests_kept", base=float(len(main_tests)), candidate=float(len(main_tests) - len(gone)),
                  passed=not gone and not changed,
                  detail="; ".join(([f"deletes {', '.join(gone)}"] if gone else [])
                                   + ([f"changes {', '.join(changed)}"] if changed else []))[:500]
-                 or f"all {len(main_tests)} of main's tests kept")
+                 or f"all {len(main_tests)} of main's tests kept" + (f" ({', '.join(ruled)} rewritten as the "
+                                                                     "evaluator's ruling says)" if ruled else ""))
     result = hybrid.selftest()
-    failed = [f for f in result["failed"] if not variables.covers(declared, f["name"])]
+    failed = [f for f in result["failed"] if not variables.covers(declared, f["name"])
+              and f["name"] not in base.failing and not arbiter.excuses(f["name"])]
+    excused = [f["name"] for f in result["failed"] if f not in failed]
     run = Check(name="main_tests", base=float(result["n"]), candidate=float(len(result["passed"])),
                 passed=not failed, detail="; ".join(f"{f['name']}: {f['error']}" for f in failed)[:500]
-                or f"{len(result['passed'])} of main's tests pass against the candidate's code")
+                or f"{len(result['passed'])} of main's tests pass against the candidate's code"
+                + (f"; excused: {', '.join(excused)} (failing on main too, or contradicted by the evaluator)"
+                   if excused else ""))
     return [kept, run]
 
 

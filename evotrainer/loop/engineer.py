@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 
 from agents.roles import EngineerContext
+from evotrainer.contracts import Candidate
+from evotrainer.judge import arbitrate
 from evotrainer.loop import escalation
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
@@ -35,7 +37,7 @@ def step(rt: Runtime, state: RunState) -> dict:
     )
     ctx.escalation, ctx.avoid_layers = escalation.instruct(rt, state)  # stalled: change layer or subtract
     t0 = time.time()
-    candidates = rt.agents.engineer.propose(list(state.diagnoses), ctx, skills)
+    candidates = [_arbitrated(rt, state, c) for c in rt.agents.engineer.propose(list(state.diagnoses), ctx, skills)]
     for c in candidates:
         rt.emit("candidate", phase=state.phase, **c.model_dump(mode="json"))
     rt.emit("node_end", node="engineer", phase=state.phase, agent="engineer",
@@ -46,6 +48,23 @@ def step(rt: Runtime, state: RunState) -> dict:
     return {"candidates": [c for c in state.candidates if c.branch not in made] + candidates,
             "round_branches": [c.branch for c in candidates], "engineer_round": state.engineer_round + 1,
             "feedback": ""}
+
+
+def _arbitrated(rt: Runtime, state: RunState, candidate: Candidate) -> Candidate:
+    """``candidate``, with main's self-tests it fails rewritten where the evaluator contradicts them
+    (``judge.arbitrate.amend``: any source's candidate); unchanged when it cannot be amended (the gate says why)."""
+    try:
+        amended, rulings = arbitrate.amend(rt.repo, candidate, sandbox=rt.cfg.sandbox, hide=rt.rd.hidden_from_harness(),
+                                           domain=rt.cfg.domain, test_timeout_s=rt.cfg.backtest.test_timeout_s)
+    except Exception as err:  # noqa: BLE001 - the candidate goes to the gate as it was; its self-tests say why
+        rt.emit("arbitration_error", phase=state.phase, branch=candidate.branch, error=f"{type(err).__name__}: {err}")
+        return candidate
+    if rulings:
+        rt.emit("arbitrated", phase=state.phase, branch=candidate.branch, sha=amended.sha,
+                tests=[r.test for r in rulings], why=[r.why for r in rulings])
+        rt.reporter.info(f"{candidate.branch}: the evaluator's arbitration rewrote {len(rulings)} self-test(s) of "
+                         f"main that assert rewards its verifier contradicts ({', '.join(r.test for r in rulings)})")
+    return amended
 
 
 def route(state: RunState) -> str:

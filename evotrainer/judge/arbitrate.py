@@ -1,0 +1,254 @@
+"""The evaluator arbitrates a self-test that pins what it contradicts: found, confirmed, and rewritten.
+
+A harness's own tests guard its code: a candidate that fails one of main's tests, changes it or deletes it is
+rejected (``judge/safety.py``). But a test can pin a defect. A test asserting that a loose completion earns full
+reward pins the reward's disagreement with the evaluator, and every repair of that reward then fails it; a test
+asserting that a right answer in an unusual form earns nothing pins the opposite. A person would read the test, see
+that it asserts what the evaluator denies, and fix the test with the reward. This module does that by mechanism,
+for any test, any reward component and either direction, with no knowledge of the defect.
+
+**The ruling** (:func:`rule`). For a test of main's, run on main's code with every reward component recording its
+calls (the sandbox's ``record`` op: each sample the test scored, and what it got): the test is *contradicted by the
+evaluator* under a candidate when at least one recorded call scores differently under the candidate's code, and on
+every call that does, the candidate's value agrees with the domain's verifier on that sample's task and completion
+(it pays exactly what the verifier accepts: value > 0 when verified, else 0 or less) while main's does not. A
+call the verifier cannot judge (a task without what it needs), a component the candidate no longer has, or a
+difference the verifier does not side with, leaves the test standing: the ruling never excuses a test on a guess.
+
+**The rewrite** (:func:`rewrite`): the test, same name and file, asserting each recorded call's evaluator-consistent
+value (the candidate's) on the same sample. Assertions of the old test on anything but the reward are not kept
+(the test is of the reward; its old text stays in the harness history).
+
+**Where it acts.** The loop amends a candidate whose own self-tests fail only on tests unchanged from main that the
+evaluator contradicts (:func:`amend`, after the Engineer: any source's candidate, built-in, LLM or skill), rebuilding
+its commit with the rewritten tests and an ``Arbitrated`` trailer. The gate does not trust the amendment: it rules
+again itself on main's code and main's tests (:class:`Arbiter`) and excuses a changed, deleted or failing test of
+main's only where the evaluator contradicts it and the candidate's version is exactly the rewrite. A test that
+fails on main itself is no candidate's fault either (:attr:`evotrainer.judge.checks.Baseline.failing`).
+
+Alone: ``python -m evotrainer.judge.arbitrate MAIN_DIR CANDIDATE_DIR [DOMAIN]`` rules on main's tests that fail
+against the candidate's code and prints each ruling with its rewrite.
+"""
+
+from __future__ import annotations
+
+import ast
+import pprint
+import tempfile
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evotrainer.config import SandboxConfig
+from evotrainer.contracts import Candidate
+from evotrainer.domains import get_domain
+from evotrainer.harness.repo import HarnessRepo, parse_trailers
+from sandbox import HarnessError, HarnessWorker
+
+TRAILER = "Arbitrated"  # the candidate commit's trailer naming the tests the evaluator's ruling rewrote
+
+
+@dataclass
+class Ruling:
+    """The evaluator's word on one test of main's under one candidate."""
+
+    test: str  # tests/FILE.py::NAME
+    contradicted: bool
+    why: str
+    calls: list[dict] = field(default_factory=list)  # {component, sample, main, candidate, verified}
+
+    def line(self) -> str:
+        return f"{self.test}: {self.why}"
+
+
+def _agrees(value: float | None, verified: bool) -> bool:
+    return value is not None and (value > 0) == verified
+
+
+def rule(main: HarnessWorker, candidate: HarnessWorker, tests: list[str], domain: str) -> dict[str, Ruling]:
+    """The ruling on each of main's ``tests`` under the candidate: ``main`` is a worker on main's code and tests,
+    ``candidate`` one on the candidate's code (see the module's docstring for the rule). Never raises for what
+    harness code does: a test that cannot be recorded or scored is not contradicted, and says why."""
+    if not tests:
+        return {}
+    verifier = get_domain(domain)
+    try:
+        recorded = main.record(list(tests))
+    except HarnessError as err:
+        return {t: Ruling(t, False, f"its reward calls could not be recorded: {err}") for t in tests}
+    out: dict[str, Ruling] = {}
+    for test in tests:
+        calls = recorded.get(test, [])
+        if not calls:
+            out[test] = Ruling(test, False, "it scores nothing through rewards.COMPONENTS on main")
+            continue
+        try:
+            scored = candidate.score([c["sample"] for c in calls])
+        except HarnessError as err:
+            out[test] = Ruling(test, False, f"the candidate's reward could not score its samples: {err}")
+            continue
+        rows, differ, sides = [], 0, True
+        for call, values in zip(calls, scored):
+            mine = values.get(call["component"])
+            row = {"component": call["component"], "sample": call["sample"], "main": call["value"],
+                   "candidate": mine, "verified": None}
+            rows.append(row)
+            if mine is not None and mine == call["value"]:
+                continue
+            differ += 1
+            sample = call["sample"]
+            try:
+                row["verified"] = bool(verifier.verify(sample["task"], sample["completion"]))
+            except Exception:  # noqa: BLE001 - a sample the verifier cannot judge: no ruling on a guess
+                sides = False
+                continue
+            sides = sides and _agrees(mine, row["verified"]) and not _agrees(call["value"], row["verified"])
+        if not differ:
+            out[test] = Ruling(test, False, "the candidate's reward scores its samples as main's does", rows)
+        elif not sides:
+            out[test] = Ruling(test, False, "the evaluator does not side with the candidate on every sample whose "
+                               "reward it changes", rows)
+        else:
+            said = "; ".join(f"{r['component']}({r['sample'].get('completion', '')!r}) {r['main']:g} -> "
+                             f"{r['candidate']:g}, {'verified' if r['verified'] else 'not verified'}"
+                             for r in rows if r["verified"] is not None)
+            out[test] = Ruling(test, True, f"pins a reward the evaluator contradicts: {said}"[:400], rows)
+    return out
+
+
+def rewrite(source: str, ruling: Ruling) -> str:
+    """The test file ``source`` with the ruled test replaced by one asserting the evaluator-consistent value of
+    each recorded call (the same name, at the same place)."""
+    name = ruling.test.partition("::")[2]
+    lines = source.splitlines(keepends=True)
+    node = next((n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if node is None:
+        raise ValueError(f"{ruling.test} is not a top-level test function of its file")
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+    checked = [(r["component"], r["sample"], r["candidate"]) for r in ruling.calls]
+    body = (f"def {name}():\n"
+            f'    """Rewritten by the evaluator\'s arbitration: the test it replaces asserted rewards the domain\'s\n'
+            f'    verifier contradicts. Each sample it scored, with the reward that agrees with the verifier."""\n'
+            f"    from rewards import COMPONENTS\n\n"
+            f"    checked = {textwrap.indent(pprint.pformat(checked, width=112), '    ').strip()}\n"
+            f"    for component, sample, value in checked:\n"
+            f"        assert COMPONENTS[component](sample) == value, (component, sample.get('completion'))\n")
+    return "".join(lines[:first]) + body + "".join(lines[node.end_lineno:])
+
+
+def function_text(source: str | None, name: str) -> str | None:
+    """The source of the top-level function ``name`` in ``source`` (None when absent or unparsable)."""
+    if not source:
+        return None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    node = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    return None if node is None else ast.get_source_segment(source, node)
+
+
+class Arbiter:
+    """The gate's own rulings for one candidate, each test ruled once: main's worker and tests (``main_dir``),
+    the candidate's worker and tests (``cand_dir``)."""
+
+    def __init__(self, main: HarnessWorker, main_dir: Path, candidate: HarnessWorker, cand_dir: Path, domain: str):
+        self.main, self.main_dir, self.candidate, self.cand_dir, self.domain = main, main_dir, candidate, cand_dir, \
+            domain
+        self.rulings: dict[str, Ruling] = {}
+
+    def ruling(self, test: str) -> Ruling:
+        if test not in self.rulings:
+            self.rulings.update(rule(self.main, self.candidate, [test], self.domain))
+        return self.rulings[test]
+
+    def excuses(self, test: str) -> bool:
+        """Whether main's ``test`` may fail against, be changed by or be missing from the candidate: the evaluator
+        contradicts it, and the candidate's version of it (if any) is exactly the rewrite."""
+        path, _, name = test.partition("::")
+        if not name or not (self.main_dir / path).is_file():
+            return False
+        ruling = self.ruling(test)
+        if not ruling.contradicted:
+            return False
+        mine = self.cand_dir / path
+        if not mine.is_file():
+            return False
+        expected = function_text(rewrite((self.main_dir / path).read_text(), ruling), name)
+        return function_text(mine.read_text(), name) == expected
+
+    def excused(self) -> list[Ruling]:
+        return [r for t, r in self.rulings.items() if r.contradicted and self.excuses(t)]
+
+
+def amend_files(main_dir: Path, cand_dir: Path, failed: list[str], main: HarnessWorker, candidate: HarnessWorker,
+                domain: str) -> tuple[dict[str, str], list[Ruling]]:
+    """(the test files rewritten, path -> text; the rulings that rewrote them) for a candidate whose self-tests
+    ``failed``: each failed test unchanged from main's that the evaluator contradicts is rewritten."""
+    unchanged = []
+    for test in failed:
+        path, _, name = test.partition("::")
+        main_file, cand_file = main_dir / path, cand_dir / path
+        if name and main_file.is_file() and cand_file.is_file() and \
+                function_text(main_file.read_text(), name) == function_text(cand_file.read_text(), name) is not None:
+            unchanged.append(test)
+    rulings = [r for r in rule(main, candidate, unchanged, domain).values() if r.contradicted]
+    files: dict[str, str] = {}
+    for r in rulings:
+        path = r.test.partition("::")[0]
+        files[path] = rewrite(files.get(path) or (cand_dir / path).read_text(), r)
+    return files, rulings
+
+
+def amend(repo: HarnessRepo, candidate: Candidate, *, sandbox: SandboxConfig, hide: list[str], domain: str,
+          test_timeout_s: float) -> tuple[Candidate, list[Ruling]]:
+    """``candidate``, its commit rebuilt with the tests the evaluator contradicts rewritten (same branch, base,
+    message and trailers, a paragraph and an ``Arbitrated`` trailer more), and the rulings; the candidate unchanged
+    and no rulings when it leaves rewards.py alone, its self-tests pass or fail only on tests the evaluator does
+    not contradict, or the commit deletes a file (rebuilt commits only write files)."""
+    base = candidate.base_sha
+    paths = repo.changed_files(base, candidate.sha)
+    edits = {p: repo.read(candidate.sha, p) for p in paths}
+    if "rewards.py" not in paths or any(text is None for text in edits.values()):
+        return candidate, []  # only an edit of rewards.py changes what a reward component pays
+    limits = sandbox.limits.model_copy(update={"call_timeout_s": test_timeout_s})
+    with tempfile.TemporaryDirectory(prefix="evo-arbitrate-") as tmp:
+        main_dir = repo.export(base, Path(tmp) / "main")
+        cand_dir = repo.export(candidate.sha, Path(tmp) / "candidate")
+        with HarnessWorker(cand_dir, limits=limits, backend=sandbox.backend, image=sandbox.image, hide=hide) as cw:
+            try:
+                failed = [f["name"] for f in cw.selftest()["failed"]]
+            except HarnessError:
+                return candidate, []
+            if not failed:
+                return candidate, []
+            with HarnessWorker(main_dir, limits=limits, backend=sandbox.backend, image=sandbox.image,
+                               hide=hide) as mw:
+                files, rulings = amend_files(main_dir, cand_dir, failed, mw, cw, domain)
+    if not files:
+        return candidate, []
+    message = repo.message(candidate.sha)
+    trailers = parse_trailers(message)
+    subject, _, rest = message.strip().partition("\n")
+    body = rest.strip()
+    if trailers and body.endswith(message.strip().split("\n\n")[-1]):
+        body = body[: len(body) - len(message.strip().split("\n\n")[-1])].strip()
+    said = "\n".join(f"- {r.line()}" for r in rulings)
+    body += ("\n\nThe evaluator's arbitration rewrote main's self-test(s) this edit failed, each asserting a reward "
+             f"the domain's verifier contradicts (evotrainer/judge/arbitrate.py):\n{said}")
+    trailers = {**trailers, TRAILER: ", ".join(r.test for r in rulings)}
+    sha = repo.commit_candidate(candidate.branch, base, {**edits, **files}, subject, body, trailers)
+    return candidate.model_copy(update={"sha": sha, "files": sorted(set(candidate.files) | set(files))}), rulings
+
+
+if __name__ == "__main__":
+    import sys
+
+    main_dir, cand_dir = Path(sys.argv[1]), Path(sys.argv[2])
+    domain = sys.argv[3] if len(sys.argv) > 3 else "math"
+    with HarnessWorker(main_dir) as mw, HarnessWorker(cand_dir) as cw:
+        failing = [f["name"] for f in cw.selftest()["failed"]]
+        for r in rule(mw, cw, failing, domain).values():
+            print(("REWRITE " if r.contradicted else "stands  ") + r.line())
+        for path, text in amend_files(main_dir, cand_dir, failing, mw, cw, domain)[0].items():
+            print(f"--- {path}\n{text}")

@@ -1,0 +1,134 @@
+"""The evaluator arbitrates a self-test that pins what it contradicts (``evotrainer/judge/arbitrate.py``).
+
+A harness whose self-test asserts a lenient reward (or a strict one) makes every repair of that reward fail the test.
+The ruling: a test is contradicted when, on every recorded reward call the candidate scores differently, the
+candidate agrees with the verifier and main does not. Both directions; a reward the verifier does not side with, or a
+candidate that weakens the test itself, are not excused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evotrainer.harness.faults import materialize
+from evotrainer.harness.repo import HarnessRepo, parse_trailers, seed_dir
+from evotrainer.judge import arbitrate
+from sandbox import HarnessWorker, run_selftest
+from tests.test_backtest import LIMITS, SANDBOX, SETTINGS, _commit, _judge, rows  # noqa: F401 - rows: a fixture
+
+PINNED = "gen-1-1"  # a generated selftest_pinned defect: its test asserts that "114" earns 1 for 113
+EXACT = (seed_dir("math") / "rewards.py").read_text()  # the clean seed's reward: the one answer, compared exactly
+TEST = "tests/test_harness.py::test_answer_written_loosely_scores_one"
+
+STRICT_TEST = '''
+
+def test_a_signed_answer_is_not_ours():
+    task = {**TASK, "expression": "4 - 9", "answer": "-5"}
+    assert COMPONENTS["correct"]({"prompt": "4-9=", "completion": "-5", "task": task, "truncated": False,
+                                  "completion_tokens": 2}) == 0.0
+'''
+
+
+def _pair(tmp_path: Path, main_files: dict[str, str], cand_files: dict[str, str], base: str = PINNED):
+    main = materialize("math", base, tmp_path / "main") if base else _seed(tmp_path / "main")
+    cand = materialize("math", base, tmp_path / "cand") if base else _seed(tmp_path / "cand")
+    for folder, files in ((main, main_files), (cand, cand_files)):
+        for rel, text in files.items():
+            (folder / rel).write_text(text)
+    return main, cand
+
+
+def _seed(dest: Path) -> Path:
+    import shutil
+
+    shutil.copytree(seed_dir("math"), dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def _rule(main: Path, cand: Path, tests: list[str]) -> dict[str, arbitrate.Ruling]:
+    with HarnessWorker(main, limits=LIMITS) as mw, HarnessWorker(cand, limits=LIMITS) as cw:
+        return arbitrate.rule(mw, cw, tests, "math")
+
+
+def test_a_test_pinning_a_lenient_reward_is_contradicted_and_its_rewrite_passes(tmp_path):
+    main, cand = _pair(tmp_path, {}, {"rewards.py": EXACT})
+    assert run_selftest(main)["failed"] == [] and [f["name"] for f in run_selftest(cand)["failed"]] == [TEST]
+    ruling = _rule(main, cand, [TEST])[TEST]
+    assert ruling.contradicted and "not verified" in ruling.why
+    (cand / "tests/test_harness.py").write_text(arbitrate.rewrite((cand / "tests/test_harness.py").read_text(), ruling))
+    assert run_selftest(cand)["failed"] == []
+    # the rewrite pins the evaluator's side: main's lenient reward now fails it
+    main_with_rewrite = _pair(tmp_path / "again", {"tests/test_harness.py": (cand / "tests/test_harness.py")
+                                                   .read_text()}, {})[0]
+    assert [f["name"] for f in run_selftest(main_with_rewrite)["failed"]] == [TEST]
+
+
+def test_a_test_pinning_a_strict_reward_is_contradicted_the_other_way(tmp_path):
+    strict = EXACT.replace('return 1.0 if _answer(sample["completion"]) == sample["task"]["answer"] else 0.0',
+                           'line = _answer(sample["completion"])\n    return 1.0 if line.isdigit() and '
+                           'line == sample["task"]["answer"] else 0.0')
+    assert strict != EXACT
+    tests = (seed_dir("math") / "tests/test_harness.py").read_text() + STRICT_TEST
+    main, cand = _pair(tmp_path, {"rewards.py": strict, "tests/test_harness.py": tests},
+                       {"tests/test_harness.py": tests}, base="")
+    name = "tests/test_harness.py::test_a_signed_answer_is_not_ours"
+    assert run_selftest(main)["failed"] == [] and [f["name"] for f in run_selftest(cand)["failed"]] == [name]
+    ruling = _rule(main, cand, [name])[name]
+    assert ruling.contradicted and ruling.calls[0]["verified"] is True and ruling.calls[0]["candidate"] == 1.0
+
+
+def test_a_reward_the_verifier_does_not_side_with_leaves_the_test_standing(tmp_path):
+    pays_all = EXACT.replace('return 1.0 if _answer(sample["completion"]) == sample["task"]["answer"] else 0.0',
+                             "return 1.0")
+    assert pays_all != EXACT
+    main, cand = _pair(tmp_path, {}, {"rewards.py": pays_all}, base="")
+    failing = [f["name"] for f in run_selftest(cand)["failed"]]
+    assert failing and not any(r.contradicted for r in _rule(main, cand, failing).values())
+    # and a test no reward call is recorded in is never contradicted
+    main, cand = _pair(tmp_path / "b", {}, {"rewards.py": EXACT})
+    assert not _rule(main, cand, ["tests/test_harness.py::test_prompt_is_compact_expression"])[
+        "tests/test_harness.py::test_prompt_is_compact_expression"].contradicted
+
+
+def test_the_gate_promotes_the_repair_only_with_the_evaluators_rewrite_and_not_with_a_weakened_test(tmp_path, rows):
+    repo = HarnessRepo.create(tmp_path / "harness", "math", str(materialize("math", PINNED, tmp_path / "seed")))
+    cand = _commit(repo, {"rewards.py": EXACT}, "rewards", "reward_verified_gap", "down")
+    report = _judge(repo, cand, rows)
+    assert report.verdict == "reject" and any("self_tests" in r and "loosely" in r for r in report.reasons)
+
+    amended, rulings = arbitrate.amend(repo, cand, sandbox=SANDBOX, hide=[], domain="math", test_timeout_s=4)
+    assert [r.test for r in rulings] == [TEST] and amended.sha != cand.sha and amended.branch == cand.branch
+    message = repo.message(amended.sha)
+    assert parse_trailers(message)[arbitrate.TRAILER] == TEST and message.startswith("rewards: test")
+    report = _judge(repo, amended, rows)
+    checks = {c.name: c for c in report.checks}
+    assert checks["self_tests"].passed and checks["variable"].passed and checks["tests_kept"].passed, report.reasons
+    assert checks["main_tests"].passed and "rewritten as the evaluator's ruling says" in checks["tests_kept"].detail
+
+    tests = repo.read(cand.sha, "tests/test_harness.py")
+    weak = tests[:tests.index("def test_answer_written_loosely")] + "def test_answer_written_loosely_scores_one():\n" \
+        "    pass\n"
+    cheat = _commit(repo, {"rewards.py": EXACT, "tests/test_harness.py": weak}, "rewards",
+                    "reward_verified_gap", "down")
+    checks = {c.name: c for c in _judge(repo, cheat, rows).checks}
+    assert not checks["tests_kept"].passed and not checks["variable"].passed
+
+
+def test_an_edit_that_leaves_the_reward_alone_is_not_amended(tmp_path):
+    repo = HarnessRepo.create(tmp_path / "harness", "math", str(materialize("math", PINNED, tmp_path / "seed")))
+    yaml = repo.read("main", "harness.yaml").replace("temperature: 1.0", "temperature: 0.9")
+    cand = _commit(repo, {"harness.yaml": yaml}, "harness.yaml:temperature", "dead_group_ratio", "down")
+    assert arbitrate.amend(repo, cand, sandbox=SANDBOX, hide=[], domain="math", test_timeout_s=4) == (cand, [])
+
+
+def test_a_test_failing_on_main_itself_is_no_candidates_fault(tmp_path, rows):
+    broken = (seed_dir("math") / "tests/test_harness.py").read_text() + "\n\ndef test_always_fails():\n    " \
+        "assert False\n"
+    seed = _seed(tmp_path / "seed")
+    (seed / "tests/test_harness.py").write_text(broken)
+    repo = HarnessRepo.create(tmp_path / "harness", "math", str(seed))
+    yaml = repo.read("main", "harness.yaml").replace("temperature: 1.0", "temperature: 0.9")
+    cand = _commit(repo, {"harness.yaml": yaml}, "harness.yaml:temperature", "dead_group_ratio", "down")
+    checks = {c.name: c for c in _judge(repo, cand, rows).checks}
+    assert checks["self_tests"].passed and "failing on main too" in checks["self_tests"].detail
+    assert checks["main_tests"].passed
