@@ -53,6 +53,7 @@ def test_a_placebo_moves_its_declared_target_on_replay(tmp_path: Path, null: str
     assert (report.verdict == "promote") == reaches_a_trial, report.reasons  # every other replay check passes
 
 
+@pytest.mark.slow  # a benchmark script's whole round (init, a trained arm pair, the confirmation): ~30 s
 def test_a_tiny_placebo_round_runs_the_replay_and_the_confirmation(tmp_path: Path, cli_env) -> None:
     """One round at a tiny size: the replay on main's first arm's rollouts, the confirmation by the loop's rule, and
     the count with its Wilson interval."""

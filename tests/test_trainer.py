@@ -173,6 +173,7 @@ def test_a_local_service_that_dies_is_restarted_and_the_call_goes_through(run_di
         remote.evaluate(ask)
 
 
+@pytest.mark.slow  # a service started from a shadow copy of the package, then a phase through it: ~40 s
 def test_a_local_service_runs_the_run_s_own_code_from_any_directory(run_dir: RunDir, tmp_path, monkeypatch):
     import re
     import shutil
