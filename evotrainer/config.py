@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evotrainer.agents_config import AgentsConfig  # the agents section: models per role, budget
+from evotrainer.domains.execute import ExecLimits  # the executor section: limits of the policy's own code
 from sandbox import DEFAULT_IMAGE, SandboxLimits
 
 # the `accelerate launch` flags trainer.accelerate_args may add, each taking one value: which GPUs, the launcher's
@@ -326,6 +327,10 @@ class Config(_Section):
     evolution: EvolutionConfig = Field(default_factory=EvolutionConfig, description="the evolution step")
     backtest: BacktestConfig = Field(default_factory=BacktestConfig, description="judging candidate edits")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="where harness code runs")
+    executor: ExecLimits = Field(
+        default_factory=ExecLimits, description="limits of the policy's own code (the code domain's programs), run "
+        "by the policy-code executor (evotrainer/domains/execute.py), apart from the harness sandbox: in training's "
+        "reward executions, evaluation and the reward pentest at init")
     agents: AgentsConfig = Field(default_factory=AgentsConfig, description="the five specialist roles")
     skills: SkillsConfig = Field(default_factory=SkillsConfig, description="the Librarian's skill library")
     state: StateConfig = Field(default_factory=StateConfig, description="where the loop's checkpoints live")

@@ -29,8 +29,9 @@ PLACEHOLDER = {"RoleSettings": "role"}
 HEADER = """# Configuration reference
 
 Every key of a run's `config.yaml`, with its type, default and help text. Generated from `evotrainer/config.py`
-(and `evotrainer/agents_config.py`, `sandbox/limits.py`) by `python -m evotrainer.config_reference > docs/config.md`;
-do not edit it by hand (`tests/test_docs.py` fails when it differs from what that command prints).
+(and `evotrainer/agents_config.py`, `sandbox/limits.py`, `evotrainer/domains/execute.py`) by
+`python -m evotrainer.config_reference > docs/config.md`; do not edit it by hand (`tests/test_docs.py` fails when it
+differs from what that command prints).
 
 Set a key in a YAML file (`evotrainer init RUN_DIR --config FILE`) or on the command line
 (`evotrainer init RUN_DIR --set training.steps_per_phase=100 --set phases=5`; the value is read as YAML). A wrong key

@@ -218,7 +218,7 @@ class RunDir:
         from evotrainer.policy.build import ensure_base_policy
 
         cfg = self.load_config()
-        domain = get_domain(cfg.domain)
+        domain = get_domain(cfg.domain, cfg.executor)  # the warm-up's evaluation runs policy code under its limits
         return ensure_base_policy(cfg, self.root, self.tasks("warmup"), domain.canonical_prompt, log=log,
                                   progress=progress, near_miss=domain.near_miss, domain=domain)
 
@@ -309,7 +309,7 @@ def _pentest_seed(cfg: Config, harness: Path, log) -> dict:
     try:
         with HarnessWorker(harness, limits=cfg.sandbox.limits, backend=cfg.sandbox.backend,
                            image=cfg.sandbox.image) as worker:
-            result = pentest(worker, read_knobs(harness), get_domain(cfg.domain))
+            result = pentest(worker, read_knobs(harness), get_domain(cfg.domain, cfg.executor))
     except (HarnessError, KnobsError, ValueError) as err:
         log(f"warning: the reward pentest could not score the seed harness's reward: {err}")
         return {"passed": False, "error": str(err)}

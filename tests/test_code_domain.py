@@ -110,3 +110,23 @@ def test_training_and_replay_give_the_reward_the_same_visible_test_execution(tmp
     assert rewards == [1.0, 1.0, 0.0, 1.0] and [s["verified"] for s in batch] == [True, False, False, True]
     assert [r["extra"]["execution"] for r in rows] == [s["execution"] for s in batch]
     assert [r["reward"] for r in replayed["rows"]] == rewards
+
+
+def test_the_config_s_executor_section_sets_the_limits_training_and_evaluation_run_policy_code_under(splits):
+    """``executor.time_s`` reaches the code domain through both trainer requests (training's rewards, evaluation):
+    a body that takes 0.8 s over its two visible tests passes under the default limit and times out under 0.3 s."""
+    from evotrainer import config as C
+    from evotrainer.domains import get_domain
+    from evotrainer.trainer.wire import EvalRequest, PhaseRequest
+
+    task = splits["dev"][0]
+    slow = " __import__('time').sleep(0.4) or " + task["answer"].strip()
+    default = C.parse({"domain": "code"})
+    tight = C.apply_overrides(default, ["executor.time_s=0.3"])
+    for cfg, status in ((default, "ok"), (tight, "timeout")):
+        for req in (PhaseRequest.make(cfg, "r", 1, "0" * 40, "c", 1), EvalRequest.make(cfg, "r", "c")):
+            req = type(req).model_validate_json(req.model_dump_json())  # what the trainer service receives
+            domain = get_domain(req.domain, req.executor)
+            assert domain.reward_executions([task], [slow])[0]["status"] == status, (cfg.executor, type(req))
+    with pytest.raises(C.ConfigError, match="executor.time_s"):
+        C.apply_overrides(default, ["executor.time_s=0"])

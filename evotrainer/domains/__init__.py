@@ -15,6 +15,7 @@ import importlib
 from dataclasses import dataclass
 
 from evotrainer.domains.base import Domain, Task
+from evotrainer.domains.execute import ExecLimits
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,11 @@ def spec(name: str) -> DomainSpec:
         raise ValueError(f"unknown domain {name!r} (registered: {', '.join(_REGISTRY)})") from None
 
 
-def get_domain(name: str) -> Domain:
-    """A fresh evaluator of the registered domain ``name``."""
+def get_domain(name: str, limits: ExecLimits | None = None) -> Domain:
+    """A fresh evaluator of the registered domain ``name``; ``limits`` are those of the policy code it runs (the
+    run's ``executor`` section; default: ``ExecLimits()``), read by a domain that runs policy code (code)."""
     s = spec(name)
-    return getattr(importlib.import_module(s.module), s.cls)()
+    return getattr(importlib.import_module(s.module), s.cls)(limits)
 
 
 register("math", "evotrainer.domains.math", "MathDomain", demo_fault="reward_hacking")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evotrainer.atomic import write_text
+from evotrainer.domains.execute import ExecLimits
 
 Task = dict[str, Any]  # keys: id, question, answer, difficulty, plus domain-specific fields
 
@@ -32,6 +33,10 @@ class Domain(ABC):
     levels: list[str]
     # task fields only the evaluator reads (hidden tests, a grader's private data): never in ``harness_task``
     hidden_fields: tuple[str, ...] = ()
+
+    def __init__(self, limits: ExecLimits | None = None) -> None:
+        # the limits of the policy's own code (the run's ``executor`` section): a domain that runs it reads them
+        self.limits = limits or ExecLimits()
 
     def harness_task(self, task: Task) -> Task:
         """The only view of a task harness code (prompts, rewards, filters, diagnostics) and the agents ever get: the

@@ -44,8 +44,8 @@ def phase_evidence(rt: Runtime, state: RunState) -> PhaseEvidence:
     start = rt.baseline_dev if begun == 0 else next((r.dev for r in state.results if r.phase == begun), None)
     return PhaseEvidence(phase=state.phase, results=list(state.results), rollouts=rt.evidence.rows(in_view),
                          phases_in_view=in_view, registry=reg, knobs=rt.evidence.knobs(main),
-                         domain=get_domain(rt.cfg.domain), last_promotion=last, baseline=rt.baseline_dev,
-                         start=start, tasks=rt.evidence.tasks(), run_dir=rt.rd.root)
+                         domain=get_domain(rt.cfg.domain, rt.cfg.executor), last_promotion=last,
+                         baseline=rt.baseline_dev, start=start, tasks=rt.evidence.tasks(), run_dir=rt.rd.root)
 
 
 def rules_beside(role, ev: PhaseEvidence, diagnoses: list[Diagnosis]) -> tuple[list[Diagnosis], list[Diagnosis]]:

@@ -195,7 +195,7 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
         torch.set_num_threads(req.training.threads)
     device = resolve_device(req.policy.device)
     rd = RunDir(req.run_dir)
-    domain = get_domain(req.domain)
+    domain = get_domain(req.domain, req.executor)  # the executor's limits: the rewards' executions, the evaluation
     repo = HarnessRepo(rd.harness)
     progress({"stage": "setup", "step": 0, "total": req.steps})
     if world() > 1:

@@ -155,7 +155,8 @@ def create_app(token: str | None = None) -> FastAPI:
         except PolicyLoadError as err:
             raise HTTPException(422, str(err)) from None
         model.to(dev)
-        result = evaluate_as_configured(model, tokenizer, get_domain(req.domain), RunDir(req.run_dir).tasks(req.split),
+        result = evaluate_as_configured(model, tokenizer, get_domain(req.domain, req.executor),
+                                        RunDir(req.run_dir).tasks(req.split),
                                         dev, req.training, req.policy, answers=req.split == "dev")
         return result.model_dump(mode="json")
 

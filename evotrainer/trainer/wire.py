@@ -7,8 +7,9 @@
     (PhaseResult and EvalResult cross more seams than this one: they live in ``evotrainer.contracts``.)
 
 A request is built from the run's config in one place (:meth:`PhaseRequest.make`, :meth:`EvalRequest.make`) and
-carries the config's own sections (training, policy, trainer, sandbox) rather than copies of their fields, so the
-request cannot drift from the config: a field's type, bounds and help are declared once, in ``evotrainer/config.py``.
+carries the config's own sections (training, policy, trainer, sandbox, executor) rather than copies of their fields,
+so the request cannot drift from the config: a field's type, bounds and help are declared once, in
+``evotrainer/config.py``.
 Try it alone: ``python -m evotrainer.trainer.wire`` prints the request the default config makes for phase 1.
 """
 
@@ -19,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evotrainer.config import Config, PolicyConfig, SandboxConfig, TrainerConfig, TrainingConfig
+from evotrainer.domains.execute import ExecLimits
 from evotrainer.contracts import EvalResult
 
 HEALTH_WAIT_S = 20  # GET /health waits this long for the service's heavy imports before answering "loading"
@@ -70,6 +72,8 @@ class PhaseRequest(_Wire):
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="the config's policy section")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the config's trainer section")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="where and how harness code runs")
+    executor: ExecLimits = Field(default_factory=ExecLimits, description="the config's executor section (limits of "
+                                 "policy code the rewards' executions run)")
 
     @classmethod
     def make(cls, cfg: Config, run_dir: str, phase: int, harness_sha: str, init_checkpoint: str, steps: int,
@@ -81,7 +85,7 @@ class PhaseRequest(_Wire):
             seed=cfg.seed, domain=cfg.domain, run_name=cfg.name, pilot=pilot, step_offset=(phase - 1) * per_phase,
             run_steps=cfg.phases * per_phase,
             reference_checkpoint=base_policy if cfg.training.kl_reference == "base" else init_checkpoint,
-            training=cfg.training, policy=cfg.policy, trainer=cfg.trainer, sandbox=cfg.sandbox,
+            training=cfg.training, policy=cfg.policy, trainer=cfg.trainer, sandbox=cfg.sandbox, executor=cfg.executor,
         )
 
 
@@ -93,11 +97,13 @@ class EvalRequest(_Wire):
     training: TrainingConfig = Field(default_factory=TrainingConfig,
                                      description="the config's training section (eval_max_new_tokens, eval_samples)")
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="the config's policy section")
+    executor: ExecLimits = Field(default_factory=ExecLimits, description="the config's executor section (limits of "
+                                 "policy code the verifier runs)")
 
     @classmethod
     def make(cls, cfg: Config, run_dir: str, checkpoint: str) -> "EvalRequest":
         return cls(run_dir=str(run_dir), checkpoint=checkpoint, domain=cfg.domain, training=cfg.training,
-                   policy=cfg.policy)
+                   policy=cfg.policy, executor=cfg.executor)
 
     def on(self, split: str) -> "EvalRequest":
         return self.model_copy(update={"split": split})

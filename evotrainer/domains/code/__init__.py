@@ -115,7 +115,7 @@ class CodeDomain(Domain):
     hidden_fields = ("hidden_tests", "answer")  # the reference body would let a reward compare text, not behaviour
 
     def __init__(self, limits: ExecLimits | None = None, python: str | None = None) -> None:
-        self.limits = limits or ExecLimits()
+        super().__init__(limits)  # each program's time and memory limits (the run's executor section)
         self.python = python  # the interpreter policy code runs under (None: this one)
 
     def splits(self, seed: int, sizes: dict[str, int]) -> dict[str, list[Task]]:
