@@ -7,6 +7,11 @@ executions of the policy-code executor (``evotrainer.domains.execute``).
                   see (``PENTEST_BLIND``, each said so in its card), naming the probe it pays
     probes        the code null probes issue 41 lists (no code, a function that raises, code that exits early, code
                   that prints what a test expects) end in the executions they stand for
+    filter        drop_failed keeps only the passing rollouts of a group, whose advantages recomputed among the kept
+                  are all 0, where the seed's filters leave a spread to learn from
+    budget        body_cut's budget cuts every level-3 reference body and none of levels 1-2, into code that does not
+                  compile; the seed's budget fits every body and its end
+    overlay       each faulty seed differs from the clean seed exactly in its overlay files and names no defect
 
 Materialization, the harness API and each faulty seed's own self-tests: tests/test_domain_units.py (every domain's
 catalogue). Run alone: ``python -m pytest -q tests/test_code_faults.py`` (seconds; nothing is trained).
@@ -14,6 +19,7 @@ catalogue). Run alone: ``python -m pytest -q tests/test_code_faults.py`` (second
 
 from __future__ import annotations
 
+import filecmp
 import importlib.util
 from pathlib import Path
 
@@ -25,6 +31,7 @@ from evotrainer.harness import faults
 from evotrainer.harness.knobs import read_knobs
 from evotrainer.harness.repo import seed_dir
 from evotrainer.judge import pentest as pentest_module
+from evotrainer.judge.scoring import batch_advantages
 from sandbox import HarnessWorker
 
 REWARD_DEFECTS = [n for n in faults.names("code") if faults.family(n) == "reward"]
@@ -106,3 +113,64 @@ def test_the_code_null_probes_the_issue_lists_end_as_they_claim():
     assert {runs[n]["status"] for n in names[1:]} == {"fail"} and not any(runs[n]["passed"] for n in names[1:])
     assert "ended before its tests finished" in runs["exits_early"]["detail"]
     assert all(str(v) in probes["prints_expected"] for v in _expected(task))
+
+
+def _module(path: Path, tag: str):
+    spec = importlib.util.spec_from_file_location(f"_code_{tag}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_drop_failed_leaves_no_advantage_to_train_on(tmp_path: Path):
+    """A group of real executions, two right bodies and six wrong ones (a wrong constant, a raise, a syntax error, a
+    timeout, no code): the seed's filters keep all eight and give them a spread of advantages; the faulty ones keep
+    the two passing rollouts, whose advantages among the kept are 0."""
+    domain = CodeDomain(limits=ExecLimits(time_s=0.5))
+    whole = domain.splits(5, {"dev": 4})["dev"][0]
+    task, body = domain.harness_task(whole), domain.reference_completion(whole)
+    group = [body, body, " x + 1000", " 1 // 0", " x +", " 9**9**9", " ", " 7"]
+    executions = domain.reward_executions([task] * len(group), group)
+    rewards = [_module(seed_dir("code") / "rewards.py", "seed_rewards").passes_visible({"execution": e})
+               for e in executions]
+    assert rewards.count(1.0) == 2
+    harness = faults.materialize("code", "drop_failed", tmp_path / "h")
+    for folder, tag in ((seed_dir("code"), "seed"), (harness, "faulty")):
+        keep = _module(folder / "filters.py", f"{tag}_filters").keep_rollout
+        kept = [keep({"completion": c, "reward": r, "truncated": False, "execution": e})
+                for c, r, e in zip(group, rewards, executions)]
+        advantages = batch_advantages(rewards, len(group), "group", kept)
+        if tag == "seed":
+            assert all(kept) and max(advantages) > 0 > min(advantages)
+        else:
+            assert sum(kept) == 2 and all(a == 0 for a in advantages)
+
+
+def test_body_cut_cuts_every_level_3_body_into_code_that_does_not_compile(tmp_path: Path):
+    domain = CodeDomain()
+    held_out = domain.splits(0, {"held_out": 200})["held_out"]
+    budget = read_knobs(faults.materialize("code", "body_cut", tmp_path / "h")).max_completion_length
+    seed_budget = read_knobs(seed_dir("code")).max_completion_length
+    assert all(len(t["answer"]) + 1 <= seed_budget for t in held_out)  # the seed fits every body and its end
+    cut = {lv: [t for t in held_out if t["difficulty"] == lv and len(t["answer"]) + 1 > budget] for lv in domain.levels}
+    assert not cut["1"] and not cut["2"] and len(cut["3"]) == sum(t["difficulty"] == "3" for t in held_out)
+    assert cut["4"]
+    sample = cut["3"][:3] + cut["4"][:3]
+    runs = domain.execute(sample, [t["answer"][:budget] for t in sample])
+    assert {e.status for e in runs} == {"syntax_error"}, runs
+
+
+@pytest.mark.parametrize("name", faults.names("code"))
+def test_a_code_defect_differs_from_the_seed_exactly_in_its_overlay_and_names_no_defect(name: str, tmp_path: Path):
+    seed, built = seed_dir("code"), faults.materialize("code", name, tmp_path / name)
+
+    def files(folder: Path) -> set[str]:
+        return {str(p.relative_to(folder)) for p in folder.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+
+    differ = {f for f in files(built) if not (seed / f).is_file() or not filecmp.cmp(seed / f, built / f, False)}
+    assert differ == set(faults.overlay(name)) and files(built) == files(seed) | differ
+    words = {"fault", "bug", "defect", "flaw", "hack", "broken", name, name.replace("_", " ")}
+    for rel in faults.overlay(name):
+        text = (built / rel).read_text().lower()
+        assert not [w for w in words if w in text], f"{name}/{rel} names what is wrong"
