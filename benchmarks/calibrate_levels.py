@@ -49,7 +49,7 @@ def calibrate(seed: int, overrides: list[str], n_tasks: int, group: int, log=pri
     cfg = apply_overrides(parse({"seed": seed}), overrides)
     if cfg.training.threads:
         torch.set_num_threads(cfg.training.threads)
-    domain = get_domain(cfg.domain)
+    domain = get_domain(cfg.domain, cfg.executor)
     from evotrainer.rundir import split_sizes
 
     splits = domain.splits(seed, split_sizes(cfg))

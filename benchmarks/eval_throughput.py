@@ -37,7 +37,7 @@ def main() -> None:
     cfg = rd.load_config()
     tasks = rd.dev_tasks() if a.split == "dev" else rd.eval_tasks()
     model, tokenizer, _ = load_policy(str(a.checkpoint), "cpu", cfg.policy.dtype, False, 8)
-    domain = get_domain(cfg.domain)
+    domain = get_domain(cfg.domain, cfg.executor)
     evaluate(model, tokenizer, domain, tasks[:64], cfg.training.eval_max_new_tokens, "cpu")  # warm-up, untimed
     first = None
     for size in (int(s) for s in a.sizes.split(",")):

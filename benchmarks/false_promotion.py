@@ -118,7 +118,7 @@ def start_answers(rd, cfg, base: str, probe: int) -> dict[str, str]:
     device = resolve_device(cfg.policy.device)
     model, tokenizer, _ = load_policy(base, device, cfg.policy.dtype, False, 0)
     model.to(device)
-    return evaluate_as_configured(model, tokenizer, get_domain(cfg.domain), rd.probe_tasks(probe), device,
+    return evaluate_as_configured(model, tokenizer, get_domain(cfg.domain, cfg.executor), rd.probe_tasks(probe), device,
                                   cfg.training, cfg.policy, answers=True).answers
 
 

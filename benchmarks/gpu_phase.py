@@ -158,7 +158,7 @@ def plain_arm(req, rd, device: str, scratch: Path) -> dict:
     from evotrainer.trainer.model import load_policy, uses_chat
 
     reset_memory(device)
-    domain = get_domain(req.domain)
+    domain = get_domain(req.domain, req.executor)
     with HarnessRepo(rd.harness).worktree(req.harness_sha) as harness_dir:
         knobs = read_knobs(harness_dir)
     model, tokenizer, peft_config = load_policy(req.init_checkpoint, device, req.policy.dtype, req.policy.lora, req.policy.lora_rank)
