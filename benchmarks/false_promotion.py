@@ -203,7 +203,8 @@ def main() -> None:
         if cand is not None:  # the replay checks, on this round's retained rollouts: main's first arm's
             rows = spread_batches(read_rollouts(Path(main[0].rollout_path)), cfg.backtest.replay_batches)
             report = run_backtest(repo, cand, rows, tasks, main_sha=main_sha, settings=cfg.backtest,
-                                  sandbox=cfg.sandbox, hide=rd.hidden_from_harness(), domain=cfg.domain)
+                                  sandbox=cfg.sandbox, hide=rd.hidden_from_harness(), domain=cfg.domain,
+                                  executor=cfg.executor)
             target = next((c for c in report.checks if c.name == f"target:{cand.target_metric}"), None)
             passed_replay = report.verdict == "promote"
             replay = (f"replay passed ({target.name} {target.base} -> {target.candidate})" if passed_replay and target

@@ -42,6 +42,7 @@ from pathlib import Path
 from evotrainer.config import SandboxConfig
 from evotrainer.contracts import Candidate
 from evotrainer.domains import get_domain
+from evotrainer.domains.execute import ExecLimits
 from evotrainer.harness.repo import HarnessRepo, parse_trailers
 from sandbox import HarnessError, HarnessWorker
 
@@ -65,13 +66,14 @@ def _agrees(value: float | None, verified: bool) -> bool:
     return value is not None and (value > 0) == verified
 
 
-def rule(main: HarnessWorker, candidate: HarnessWorker, tests: list[str], domain: str) -> dict[str, Ruling]:
+def rule(main: HarnessWorker, candidate: HarnessWorker, tests: list[str], domain: str,
+         executor: ExecLimits | None = None) -> dict[str, Ruling]:
     """The ruling on each of main's ``tests`` under the candidate: ``main`` is a worker on main's code and tests,
     ``candidate`` one on the candidate's code (see the module's docstring for the rule). Never raises for what
     harness code does: a test that cannot be recorded or scored is not contradicted, and says why."""
     if not tests:
         return {}
-    verifier = get_domain(domain)
+    verifier = get_domain(domain, executor)
     try:
         recorded = main.record(list(tests))
     except HarnessError as err:
@@ -152,14 +154,15 @@ class Arbiter:
     """The gate's own rulings for one candidate, each test ruled once: main's worker and tests (``main_dir``),
     the candidate's worker and tests (``cand_dir``)."""
 
-    def __init__(self, main: HarnessWorker, main_dir: Path, candidate: HarnessWorker, cand_dir: Path, domain: str):
-        self.main, self.main_dir, self.candidate, self.cand_dir, self.domain = main, main_dir, candidate, cand_dir, \
-            domain
+    def __init__(self, main: HarnessWorker, main_dir: Path, candidate: HarnessWorker, cand_dir: Path, domain: str,
+                 executor: ExecLimits | None = None):
+        self.main, self.main_dir, self.candidate, self.cand_dir = main, main_dir, candidate, cand_dir
+        self.domain, self.executor = domain, executor
         self.rulings: dict[str, Ruling] = {}
 
     def ruling(self, test: str) -> Ruling:
         if test not in self.rulings:
-            self.rulings.update(rule(self.main, self.candidate, [test], self.domain))
+            self.rulings.update(rule(self.main, self.candidate, [test], self.domain, self.executor))
         return self.rulings[test]
 
     def excuses(self, test: str) -> bool:
@@ -182,7 +185,7 @@ class Arbiter:
 
 
 def amend_files(main_dir: Path, cand_dir: Path, failed: list[str], main: HarnessWorker, candidate: HarnessWorker,
-                domain: str) -> tuple[dict[str, str], list[Ruling]]:
+                domain: str, executor: ExecLimits | None = None) -> tuple[dict[str, str], list[Ruling]]:
     """(the test files rewritten, path -> text; the rulings that rewrote them) for a candidate whose self-tests
     ``failed``: each failed test unchanged from main's that the evaluator contradicts is rewritten."""
     unchanged = []
@@ -192,7 +195,7 @@ def amend_files(main_dir: Path, cand_dir: Path, failed: list[str], main: Harness
         if name and main_file.is_file() and cand_file.is_file() and \
                 function_text(main_file.read_text(), name) == function_text(cand_file.read_text(), name) is not None:
             unchanged.append(test)
-    rulings = [r for r in rule(main, candidate, unchanged, domain).values() if r.contradicted]
+    rulings = [r for r in rule(main, candidate, unchanged, domain, executor).values() if r.contradicted]
     files: dict[str, str] = {}
     for r in rulings:
         path = r.test.partition("::")[0]
@@ -201,7 +204,7 @@ def amend_files(main_dir: Path, cand_dir: Path, failed: list[str], main: Harness
 
 
 def amend(repo: HarnessRepo, candidate: Candidate, *, sandbox: SandboxConfig, hide: list[str], domain: str,
-          test_timeout_s: float) -> tuple[Candidate, list[Ruling]]:
+          test_timeout_s: float, executor: ExecLimits | None = None) -> tuple[Candidate, list[Ruling]]:
     """``candidate``, its commit rebuilt with the tests the evaluator contradicts rewritten (same branch, base,
     message and trailers, a paragraph and an ``Arbitrated`` trailer more), and the rulings; the candidate unchanged
     and no rulings when it leaves rewards.py alone, its self-tests pass or fail only on tests the evaluator does
@@ -224,7 +227,7 @@ def amend(repo: HarnessRepo, candidate: Candidate, *, sandbox: SandboxConfig, hi
                 return candidate, []
             with HarnessWorker(main_dir, limits=limits, backend=sandbox.backend, image=sandbox.image,
                                hide=hide) as mw:
-                files, rulings = amend_files(main_dir, cand_dir, failed, mw, cw, domain)
+                files, rulings = amend_files(main_dir, cand_dir, failed, mw, cw, domain, executor)
     if not files:
         return candidate, []
     message = repo.message(candidate.sha)

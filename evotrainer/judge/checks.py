@@ -53,6 +53,7 @@ from typing import Callable, Iterator
 
 from evotrainer.config import BacktestConfig, EvolutionConfig, SandboxConfig
 from evotrainer.contracts import BacktestReport, Candidate, Check
+from evotrainer.domains.execute import ExecLimits
 from evotrainer.harness.knobs import KnobsError, read_knobs
 from evotrainer.harness.repo import HarnessRepo
 from evotrainer.judge.arbitrate import Arbiter
@@ -133,12 +134,12 @@ def _diag_checks(main_registry: dict, cand_values: dict) -> list[Check]:
     return checks
 
 
-def _pentest_check(worker: HarnessWorker, harness_dir: Path, domain: str) -> Check:
+def _pentest_check(worker: HarnessWorker, harness_dir: Path, domain: str, executor: ExecLimits | None) -> Check:
     """The reward pentest (``judge.pentest``) as a replay check: a reward that pays a null probe fails it."""
     from evotrainer.domains import get_domain
 
     try:
-        result = pentest(worker, read_knobs(harness_dir), get_domain(domain))
+        result = pentest(worker, read_knobs(harness_dir), get_domain(domain, executor))
     except (HarnessError, KnobsError, ValueError) as err:
         return Check(name=PENTEST, passed=False, detail=f"the pentest could not score the reward: {err}")
     top = max(result.probes.values())
@@ -157,7 +158,8 @@ def _self_tests(tests: dict, failing_on_main: set[str]) -> Check:
 
 
 def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: BacktestConfig,
-          sandbox: SandboxConfig, hide: list[str], domain: str = "math") -> BacktestReport:
+          sandbox: SandboxConfig, hide: list[str], domain: str = "math",
+          executor: ExecLimits | None = None) -> BacktestReport:
     """Every replay check of ``candidate`` against main (``base``) on the base's rollouts; verdict by all-pass.
 
     The candidate's self-tests run first, in a sandbox process of their own limited to ``settings.test_timeout_s``,
@@ -176,14 +178,14 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
             checks.append(Check(name="knobs_valid", passed=True))
         except KnobsError as err:
             checks.append(Check(name="knobs_valid", passed=False, detail=str(err)))
-        arbiter = Arbiter(base.worker, Path(base.dir), wc, cand_dir, domain)
+        arbiter = Arbiter(base.worker, Path(base.dir), wc, cand_dir, domain, executor)
         try:
             limits = sandbox.limits.model_copy(update={"call_timeout_s": settings.test_timeout_s})
             tests = run_selftest(cand_dir, limits=limits, backend=sandbox.backend, hide=hide)
             checks.append(_self_tests(tests, base.failing))
         except HarnessError as err:
             checks.append(Check(name="self_tests", passed=False, detail=str(err)))
-        checks.append(_pentest_check(wc, cand_dir, domain))
+        checks.append(_pentest_check(wc, cand_dir, domain, executor))
         checks += safety_checks(repo, candidate, base, cand_dir, wc, settings=settings, sandbox=sandbox, hide=hide,
                                 arbiter=arbiter)
         if all(c.passed for c in checks):
@@ -215,11 +217,12 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
 
 def run_backtest(repo: HarnessRepo, candidate: Candidate, rollouts: list[dict], tasks: dict[str, dict], *,
                  main_sha: str, settings: BacktestConfig, sandbox: SandboxConfig, hide: list[str],
-                 domain: str = "math") -> BacktestReport:
+                 domain: str = "math", executor: ExecLimits | None = None) -> BacktestReport:
     """The replay checks of one candidate against ``main_sha`` on ``rollouts`` (main replayed for this call)."""
     with harness_worker(repo, main_sha, sandbox, hide) as (path, worker):
         base = Baseline(sha=main_sha, dir=path, worker=worker, rollouts=rollouts, tasks=tasks)
-        return judge(repo, candidate, base, settings=settings, sandbox=sandbox, hide=hide, domain=domain)
+        return judge(repo, candidate, base, settings=settings, sandbox=sandbox, hide=hide, domain=domain,
+                     executor=executor)
 
 
 def _metric_checks(base: dict, cand: dict, candidate: Candidate, bootstrap: int, tolerance: float,

@@ -139,7 +139,8 @@ def backtest_ref(run_dir, ref: str) -> Outcome:
         return Outcome(2, one_line(err))
     try:
         report = run_backtest(repo, candidate, rows, tasks, main_sha=main, settings=cfg.backtest,
-                              sandbox=cfg.sandbox, hide=rd.hidden_from_harness(), domain=cfg.domain)
+                              sandbox=cfg.sandbox, hide=rd.hidden_from_harness(), domain=cfg.domain,
+                              executor=cfg.executor)
         code = 0 if report.verdict == "promote" else 1
         note = f"judged on {len(rows)} rollouts of phase(s) {', '.join(map(str, phases))}"
         if how:

@@ -245,7 +245,8 @@ class Testbed:
         """The candidate's replay checks (safety and effect; with trials off, its targeted metric decides)."""
         rt = self.rt
         report = judge(rt.repo, candidate, rt.evidence.main(self.main_sha, self.retained), settings=rt.cfg.backtest,
-                       sandbox=rt.cfg.sandbox, hide=rt.rd.hidden_from_harness(), domain=rt.cfg.domain)
+                       sandbox=rt.cfg.sandbox, hide=rt.rd.hidden_from_harness(), domain=rt.cfg.domain,
+                       executor=rt.cfg.executor)
         self.replays[candidate.branch] = report
         return report
 

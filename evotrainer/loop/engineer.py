@@ -55,7 +55,8 @@ def _arbitrated(rt: Runtime, state: RunState, candidate: Candidate) -> Candidate
     (``judge.arbitrate.amend``: any source's candidate); unchanged when it cannot be amended (the gate says why)."""
     try:
         amended, rulings = arbitrate.amend(rt.repo, candidate, sandbox=rt.cfg.sandbox, hide=rt.rd.hidden_from_harness(),
-                                           domain=rt.cfg.domain, test_timeout_s=rt.cfg.backtest.test_timeout_s)
+                                           domain=rt.cfg.domain, test_timeout_s=rt.cfg.backtest.test_timeout_s,
+                                           executor=rt.cfg.executor)
     except Exception as err:  # noqa: BLE001 - the candidate goes to the gate as it was; its self-tests say why
         rt.emit("arbitration_error", phase=state.phase, branch=candidate.branch, error=f"{type(err).__name__}: {err}")
         return candidate
