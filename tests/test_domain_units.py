@@ -58,6 +58,28 @@ def test_each_catalogued_defect_materializes_onto_its_own_seed_and_passes_its_ow
             faults.materialize(other, fault, tmp_path / other)
 
 
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+
+
+@pytest.mark.parametrize(("name", "fault"), CATALOGUED, ids=[f"{d}-{f}" for d, f in CATALOGUED])
+def test_each_catalogued_defect_differs_from_its_seed_exactly_in_its_overlay_and_names_no_defect(name, fault,
+                                                                                                 tmp_path: Path):
+    """The overlay is exactly where the faulty seed differs (no card left behind), and its files say nothing of what
+    is wrong: the agents must find a defect by its mechanism."""
+    import filecmp
+
+    seed, built = seed_dir(spec(name).seed), faults.materialize(name, fault, tmp_path / fault)
+    overlay = faults.overlay(fault)
+    differ = {f for f in _files(built) if not (seed / f).is_file() or not filecmp.cmp(seed / f, built / f, False)}
+    assert overlay and differ == set(overlay) and _files(built) == _files(seed) | differ and faults.CARD not in differ
+    words = {"fault", "bug", "defect", "flaw", "hack", "broken", fault, fault.replace("_", " ")}
+    for rel in overlay:
+        text = (built / rel).read_text().lower()
+        assert not [w for w in words if w in text], f"{fault}/{rel} names what is wrong"
+
+
 @pytest.mark.parametrize("name", DOMAINS)
 def test_the_domain_s_moves_load(name: str):
     """The Engineer's moves for the domain (generic, knob table, neutral forms, ``agents.domains.<name>``) load with

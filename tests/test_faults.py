@@ -97,27 +97,6 @@ def test_an_unknown_defect_is_one_line_listing_the_known_ones(tmp_path: Path):
     assert not (tmp_path / "h").exists()
 
 
-# --- each overlay ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", faults.names("math"))
-def test_a_faulty_seed_differs_from_the_clean_seed_exactly_in_its_overlay(name: str, built):
-    seed, dest = seed_dir("math"), built[name]
-    overlay = faults.overlay(name)
-    assert overlay and "CARD.md" not in _files(dest)
-    assert _files(dest) == _files(seed) | set(overlay)
-    differ = {f for f in _files(dest) if not (seed / f).is_file() or not filecmp.cmp(seed / f, dest / f, shallow=False)}
-    assert differ == set(overlay), f"{name}: differs in {sorted(differ)}, overlay is {overlay}"
-    read_knobs(dest)  # harness.yaml stays valid: the defect is in its values, not a broken file
-
-
-@pytest.mark.parametrize("name", faults.names("math"))
-def test_a_faulty_seed_names_no_defect_in_its_files(name: str):
-    """The agents must find a defect by its mechanism: the overlay's files say nothing of what is wrong."""
-    words = {"fault", "bug", "defect", "flaw", "hack", "broken", name, name.replace("_", " ")}
-    for rel in faults.overlay(name):
-        text = (faults.fault_dir(name) / rel).read_text().lower()
-        assert not [w for w in words if w in text], f"{name}/{rel} names its defect: {[w for w in words if w in text]}"
-
-
 @pytest.mark.parametrize("name", faults.names("math"))
 def test_a_faulty_seed_passes_its_own_self_tests(name: str, built):
     result = run_selftest(built[name])
@@ -308,13 +287,14 @@ def test_a_generated_draw_is_the_same_for_a_seed_and_differs_across_seeds():
 
 @pytest.mark.parametrize("family", sorted(generated.FAMILIES))
 def test_every_generated_family_materialises_onto_the_clean_seed_and_passes_its_self_tests(family: str, tmp_path):
-    """Two draws of each family: the overlay is exactly where the faulty seed differs, harness.yaml validates, the
-    harness's self-tests pass (the seed's, or the overlay's), and no harness file names the family or a defect."""
+    """Two draws of each family, over its own domain's seed: the overlay is exactly where the faulty seed differs,
+    harness.yaml validates, the harness's self-tests pass (the seed's, or the overlay's), and no harness file names
+    the family or a defect."""
     fam = generated.FAMILIES[family]
     assert set(fam.mechanism) <= set(MODES) and fam.layer in generated.LAYERS
-    seed = seed_dir("math")
-    for k in range(2):
-        d = generated.draw(f"gen-11-{k}", family=family)
+    seed = seed_dir(fam.domain)
+    for k, name in enumerate(generated.parse_spec("generated:2@11", fam.domain)):
+        d = generated.draw(name, family=family)
         folder = generated.write(d, tmp_path / f"defect-{k}")
         assert d.family in (folder / "CARD.md").read_text() and faults.CARD not in d.files
         dest = tmp_path / f"h-{k}"
@@ -385,7 +365,7 @@ def _sample(completion: str, answer: str) -> dict:
             "completion_tokens": len(completion)}
 
 
-@pytest.mark.parametrize("family", sorted(generated.FAMILIES))
+@pytest.mark.parametrize("family", sorted(f.name for f in generated.families("math")))  # tools: test_tools_generated
 def test_every_generated_family_does_what_its_card_says(family: str, tmp_path: Path):
     """Checked from outside the harness, as the catalogue's mechanisms are: a knob moved the card's way, a reward
     that credits what the verifier rejects (or rejects what it accepts, or pays a bonus above a right answer's
