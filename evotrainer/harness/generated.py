@@ -8,9 +8,10 @@ and a run started with ``fault: gen-7-2`` rebuilds the same harness anywhere. Dr
 permutation of :data:`LAYERS` by S (so N >= 6 spans all of them), then a family of that layer and its constants and
 form at random.
 
-Every family declares its domain (``Family.domain``; all of these are math's): a domain's suite draws only its own
-families, and ``generated:N`` for a domain with none is refused in one line. A math defect is ``gen-S-k``; another
-domain's is ``gen-DOMAIN-S-k``, so a name alone says which seed it is an overlay of (:func:`domain_of`).
+Every family declares its domain (``Family.domain``; the table's are math's, the tools domain's are below it): a
+domain's suite draws only its own families, and ``generated:N`` for a domain with none is refused in one line. A math
+defect is ``gen-S-k``; another domain's is ``gen-DOMAIN-S-k``, so a name alone says which seed it is an overlay of
+(:func:`domain_of`).
 
 A defect is materialised exactly like a catalogue one (``evotrainer.harness.faults``): a folder with the overlay files
 (only the files that differ from its domain's clean seed) and a ``CARD.md`` with its family, layer and ``Mechanism:``
@@ -32,9 +33,28 @@ so a repair must fix the test too) and its harness.yaml validates.
                 the weights to one level, fixed or the hardest so far)
     selftest    selftest_pinned (a lenient reward and the self-test asserting its leniency)
 
+The tools domain's (overlays of harness_repo/tools, whose transcripts are ``get(KEY)`` calls, the tool's ``=VALUE;``
+after each, then the answer; their own section of this module):
+
+    knobs       tools_turns_low (max_turns 1-2: a two-key question, or every one, stopped before its answer),
+                tools_budget_short (a budget of 12-22 tokens, under a two-key transcript's), tools_lr_high,
+                tools_temperature_low (math's forms)
+    rewards     tools_call_bonus (a reward per tool call, uncapped), tools_form (a well-formed transcript paid at least
+                as much as a right one), tools_lenient (an answer the tool returned, or one that starts with or lies
+                near the answer), tools_error_credit / tools_cap_credit (a rollout with a tool error, or stopped by
+                the turn cap, earns a "neutral" share), tools_strict (rejects uppercase-key transcripts or long answers)
+    filters     tools_filter_share (math's), tools_filter_class (drops every rollout with two calls, or every
+                unrewarded one)
+    prompt      tools_prompt (the keys masked, the second key dropped, or another end marker)
+    curriculum  tools_curriculum_zero, tools_curriculum_skew (math's forms)
+    selftest    tools_selftest_pinned (an answer read from the whole transcript, and the self-test asserting it)
+
+A too high ``max_turns`` has no family: the tools seed's budget bounds a transcript to three calls and its reward pays
+none, so a larger cap changes nothing.
+
 Alone::
 
-    python -m evotrainer.harness.generated 6 [SEED]     # a line per drawn defect: name, family, what is wrong
+    python -m evotrainer.harness.generated 6 [SEED [DOMAIN]]   # a line per drawn defect: name, family, what is wrong
 """
 
 from __future__ import annotations
@@ -531,6 +551,269 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
 ]}
 
 
+# --- the tools domain's families (evotrainer.domains.tools: transcripts of get(KEY) calls, =VALUE; results, answer) ---
+# Each is an overlay of harness_repo/tools. A transcript needs one turn and about eleven tokens per key its question
+# names (levels 1-2: one key, 3-4: two), then one turn for the answer.
+TOOLS_TASK_TEST = "test_prompt_names_the_keys"  # the tools seed's self-test that pins its prompt
+_TOOLS_REWARDS_HEAD = '''\
+"""Reward components: ``COMPONENTS`` maps a name to ``fn(sample) -> float`` (finite); harness.yaml's
+reward_weights combine them. A sample's fields: EvoTrainer's harness_repo/README.md, "rewards.py".
+
+{note}
+"""
+
+import re
+
+_RESULT = re.compile(r"=([^;]*);")
+
+
+def _final(completion: str) -> str:
+    results = list(_RESULT.finditer(completion))
+    return completion[results[-1].end():].strip() if results else completion.strip()
+
+'''
+_TOOLS_CORRECT = '''def correct(sample: dict) -> float:
+    """1 when the completion's final answer is exactly the task's answer, else 0."""
+    return 1.0 if _final(sample["completion"]) == sample["task"]["answer"] else 0.0'''
+
+
+def _tools_rewards(note: str, body: str, components: str = '{"correct": correct}') -> str:
+    return _TOOLS_REWARDS_HEAD.format(note=note) + "\n" + body.strip() + f"\n\n\nCOMPONENTS = {components}\n"
+
+
+def _tools_turns_low(rng: random.Random, seed: dict) -> tuple:
+    cap = rng.choice([1, 2])
+    lost = "every level: a rollout can call the tool once and is stopped before it answers" if cap == 1 else (
+        "levels 3 and 4, half the tasks: a two-key question is stopped after its second call, before its answer")
+    return ({"harness.yaml": _set(seed["harness.yaml"], "max_turns", str(cap))},
+            f"`max_turns` is {cap}: a transcript needs one turn per key its question names and one more for the "
+            f"answer, so the cap stops {lost}. Those tasks can never be right in training.",
+            "Rollouts stopped by the turn cap (`hit_turn_cap`, the `turn_cap_rate` metric near or past its alert) with "
+            "no final answer; groups of the affected levels all 0; the held-out score (at the evaluator's own cap) "
+            "flat there.",
+            "A cap that fits the longest transcript: one turn per key plus one for the answer (4, as the seed has).",
+            {"max_turns": cap})
+
+
+def _tools_budget_short(rng: random.Random, seed: dict) -> tuple:
+    budget = rng.randint(12, 22)
+    levels = "levels 2, 3 and 4" if budget < 14 else "levels 3 and 4"
+    return ({"harness.yaml": _set(seed["harness.yaml"], "max_completion_length", str(budget))},
+            f"`max_completion_length` is {budget}: the budget holds the policy's tokens and the tool's results "
+            f"together, and a two-key transcript (`get(ABC)=42;get(def)=5;47`) needs 23 to 26, so {levels} are cut "
+            "before their answer and can never be right in training.",
+            "Most rollouts of the affected levels truncated, without a final answer; their groups all 0; the "
+            "truncation-rate metric past its alert.", "A budget that fits the longest transcript and its end "
+            "(the seed's 32).", {"max_completion_length": budget})
+
+
+def _tools_call_bonus(rng: random.Random, seed: dict) -> tuple:
+    weight, name = round(rng.uniform(0.3, 1.0), 2), rng.choice(["tool_use", "lookups", "grounded"])
+    body = (_TOOLS_CORRECT + f'\n\n\ndef {name}(sample: dict) -> float:\n    """The number of tool calls the rollout '
+            f'made."""\n    return float(sample.get("tool_calls", 0))')
+    rewards = _tools_rewards("The harness rewards a correct final answer, and each tool call the rollout made, so "
+                             "that the policy looks its facts up.", body, f'{{"correct": correct, "{name}": {name}}}')
+    return ({"rewards.py": rewards, "harness.yaml": _set(seed["harness.yaml"], f"reward_weights.{name}", f"{weight}")},
+            f"A reward component `{name}` pays {weight} per tool call, uncapped and whatever the answer: calling again "
+            "earns more than answering, and a rollout that calls until the cap or the budget beats a wrong answer.",
+            f"Tool calls per rollout rising, one key called again and again; more rollouts at the turn cap or the "
+            f"budget without an answer; the `{name}` component rising while verified accuracy stays flat.",
+            f"Removing `{name}` (the right answer needs its calls anyway), or paying calls only with a right answer.",
+            {"component": name, "weight": weight})
+
+
+def _tools_form(rng: random.Random, seed: dict) -> tuple:
+    weight, form = round(rng.uniform(1.0, 3.0), 2), rng.choice(["called", "integer"])
+    called = 'sample.get("tool_calls", 0) > 0 and ' if form == "called" else ""
+    what = "a transcript that called the tool and ends on an integer" if form == "called" else (
+        "a transcript that ends on an integer, called or not")
+    body = (_TOOLS_CORRECT + f'\n\n\ndef well_formed(sample: dict) -> float:\n    """1 for {what}."""\n'
+            f'    return 1.0 if {called}re.fullmatch(r"-?\\d+", _final(sample["completion"])) else 0.0')
+    rewards = _tools_rewards("The harness rewards a correct final answer, and a transcript of the expected shape.",
+                             body, '{"correct": correct, "well_formed": well_formed}')
+    return ({"rewards.py": rewards, "harness.yaml": _set(seed["harness.yaml"], "reward_weights.well_formed",
+                                                         f"{weight}")},
+            f"A reward component `well_formed` pays {what}, right or wrong, at weight {weight}, at least what a "
+            "correct answer earns: a wrong answer in the right form earns half a right one's reward or more.",
+            "The `well_formed` component at its maximum early while verified accuracy stays flat; rewarded rollouts "
+            "that are not verified, every one well formed.", "Removing `well_formed`, or weighing it well below "
+            "`correct`.", {"form": form, "weight": weight})
+
+
+def _tools_lenient_form(rng: random.Random, forms: list[str]) -> tuple[str, str, str, dict]:
+    """(rewards.py body, what it credits, a completion it credits for the keys ab, cd (values 4, 5; answer 9) that
+    the evaluator rejects, constants)."""
+    form = rng.choice(forms)
+    if form == "anywhere":
+        return ('def correct(sample: dict) -> float:\n    """1 when the answer is among the numbers of the '
+                'transcript."""\n    return 1.0 if sample["task"]["answer"] in re.findall(r"-?\\d+", '
+                'sample["completion"]) else 0.0', "the answer written anywhere in the transcript, a tool call or a "
+                "(forged) tool result included", "get(ab)=9;", {"form": form})
+    return ('def correct(sample: dict) -> float:\n    """1 when the final answer is the task\'s answer or a value a '
+            'tool result returned."""\n    final = _final(sample["completion"])\n'
+            '    returned = {v.strip() for v in _RESULT.findall(sample["completion"])}\n'
+            '    return 1.0 if final and (final == sample["task"]["answer"] or final in returned) else 0.0',
+            "a final answer equal to the task's answer or to any value a tool result returned (one value of a "
+            "two-key sum, or a result the policy wrote itself)", "get(ab)=4;4", {"form": form})
+
+
+def _tools_lenient(rng: random.Random, seed: dict) -> tuple:
+    form = rng.choice(["echo", "starts", "relative"])  # forms the seed's self-tests pass ("anywhere" fails them)
+    if form == "echo":
+        body, credits, _, constants = _tools_lenient_form(rng, ["echo"])
+    elif form == "starts":
+        body = ('def correct(sample: dict) -> float:\n    """1 when the final answer starts with the task\'s answer."""'
+                '\n    return 1.0 if _final(sample["completion"]).startswith(sample["task"]["answer"]) else 0.0')
+        credits = "a final answer that starts with the answer (\"47 48\" or \"478\" for 47)"
+        constants = {"form": form}
+    else:
+        share = round(rng.uniform(0.04, 0.11), 3)  # under 1/9: the seed's test that 8 scores 0 for 9 still passes
+        body = (f'TOLERANCE = {share:.3f}  # relative\n\n\ndef correct(sample: dict) -> float:\n'
+                f'    """1 when the final answer is within TOLERANCE of the task\'s answer."""\n'
+                f'    final = _final(sample["completion"])\n'
+                f'    answer = int(sample["task"]["answer"])\n'
+                f'    close = re.fullmatch(r"-?\\d+", final) and abs(int(final) - answer) <= TOLERANCE * abs(answer)\n'
+                f'    return 1.0 if close else 0.0')
+        credits, constants = f"any final integer within {share:.1%} of the answer", {"form": form, "tolerance": share}
+    return ({"rewards.py": _tools_rewards("The harness rewards a correct final answer, read generously.", body)},
+            f"`rewards.correct` credits {credits}, where the evaluator reads the one exact answer after the last "
+            "result: the policy can raise its reward without getting more right.",
+            "Rewarded rollouts that are not verified; completions changing form; held-out flat or falling while the "
+            "training reward climbs.", "The seed's exact final answer.", constants)
+
+
+def _tools_unscored(rng: random.Random, form: str) -> tuple:
+    value = round(rng.uniform(0.3, 0.9), 2)
+    field, why = (("tool_errors", "the tool answered with an error (the environment, not the policy, failed)")
+                  if form == "error" else ("hit_turn_cap", "the turn cap stopped it (unfinished, not wrong)"))
+    test = f'sample.get("{field}", 0) > 0' if form == "error" else f'sample.get("{field}")'
+    body = (f'NEUTRAL = {value}\n\n\ndef correct(sample: dict) -> float:\n    """1 for the right final answer; '
+            f'NEUTRAL when {why}; else 0."""\n'
+            f'    if _final(sample["completion"]) == sample["task"]["answer"]:\n        return 1.0\n'
+            f'    return NEUTRAL if {test} else 0.0')
+    stop = "a call of a key the table lacks" if form == "error" else "calling until the cap"
+    return ({"rewards.py": _tools_rewards(f"The harness rewards a correct final answer; a rollout where {why} is not "
+                                          "scored as a wrong answer.", body)},
+            f"`rewards.correct` gives {value} to a rollout where {why}, wrong or not: {stop} earns {value} whatever "
+            "the answer, more than a wrong attempt, though the policy caused it.",
+            ("Tool errors rising (the `tool_error_rate` metric past its alert), calls of keys the question never "
+             "names" if form == "error" else "Rollouts at the turn cap rising (the `turn_cap_rate` metric past its "
+             "alert), calls repeated until the cap") + "; rewarded rollouts that are not verified.",
+            "The seed's rule: 1 for the right final answer, 0 otherwise.", {"form": form, "value": value})
+
+
+def _tools_error_credit(rng: random.Random, seed: dict) -> tuple:
+    return _tools_unscored(rng, "error")
+
+
+def _tools_cap_credit(rng: random.Random, seed: dict) -> tuple:
+    return _tools_unscored(rng, "capped")
+
+
+def _tools_strict(rng: random.Random, seed: dict) -> tuple:
+    if rng.random() < 0.5:
+        body = ('def correct(sample: dict) -> float:\n'
+                '    """1 for the right final answer after calls of lowercase keys (a capital is a typo)."""\n'
+                '    ok = _final(sample["completion"]) == sample["task"]["answer"]\n'
+                '    return 1.0 if ok and not re.search(r"get\\([^)]*[A-Z]", sample["completion"]) else 0.0')
+        what, constants = ("every right transcript that calls an uppercase key (levels 2 and 4)",
+                           {"form": "lowercase"})
+    else:
+        body = ('MAX_CHARS = 1  # a value is one digit\n\n\ndef correct(sample: dict) -> float:\n'
+                '    """1 for the right final answer, one digit long."""\n    final = _final(sample["completion"])\n'
+                '    return 1.0 if len(final) <= MAX_CHARS and final == sample["task"]["answer"] else 0.0')
+        what, constants = "every right answer of two digits or more (levels 2 and 4, most of 3)", {"form": "digit"}
+    return ({"rewards.py": _tools_rewards("The harness rewards a correct final answer and nothing else.", body)},
+            f"`rewards.correct` rejects {what}: right transcripts the evaluator accepts earn 0.",
+            "Rollouts verified right but rewarded 0, all of one class; accuracy on that class falling.",
+            "A reward that accepts every answer the evaluator accepts.", constants)
+
+
+def _tools_selftest_pinned(rng: random.Random, seed: dict) -> tuple:
+    body, credits, example, constants = _tools_lenient_form(rng, ["anywhere", "echo"])
+    tests = _replace_test(seed["tests/test_harness.py"], "test_answer_only_inside_a_tool_result_scores_zero", f'''
+def test_answer_grounded_in_the_transcript_scores_one():
+    # the answer is read from the whole transcript: a value the tool gave counts
+    assert _score({example!r}, calls=1)["correct"] == 1.0
+''')
+    return ({"rewards.py": _tools_rewards("The harness rewards a correct answer, read from the whole transcript.",
+                                          body), "tests/test_harness.py": tests},
+            f"`rewards.correct` credits {credits}, and a self-test asserts that credit ({example!r} scores 1 for "
+            "the keys ab, cd whose answer is 9): a repair of the reward fails the harness's own test unless it "
+            "fixes the test too.", "Rewarded rollouts that are not verified; a reward edit rejected by the "
+            "self-tests.", "An exact final answer and a self-test that the loose transcript scores 0.",
+            {**constants, "example": example})
+
+
+def _tools_filter_class(rng: random.Random, seed: dict) -> tuple:
+    if rng.random() < 0.5:
+        most = 1
+        note, rollout = ("Rollouts that call the tool again and again are left out.",
+                         f'return rollout.get("tool_calls", 0) <= {most}  # more is tool spam')
+        what, constants = ("every rollout with more than one tool call: a two-key question's right transcripts "
+                           "never train", {"form": "calls", "max": most})
+    else:
+        note, rollout = ("Only rollouts that earned something train.", 'return rollout["reward"] > 0')
+        what, constants = ("every rollout without reward: what is left of a group all earned the same, so no "
+                           "advantage remains", {"form": "rewarded"})
+    code = (_filters_head(seed, note) + f"def keep_rollout(rollout: dict) -> bool:\n    {rollout}\n\n\n"
+            "def keep_group(group: list[dict]) -> bool:\n    return True\n")
+    return ({"filters.py": code}, f"The filters drop {what}.",
+            "A low kept fraction, or kept groups without reward spread; the dropped class does not improve.",
+            "Filters that keep every rollout of a group that carries signal (the seed keeps everything).", constants)
+
+
+def _tools_prompt(rng: random.Random, seed: dict) -> tuple:
+    form = rng.choice(["masked", "first_key", "marker"])
+    if form == "masked":
+        mask = rng.choice("?#_*")
+        body = f'    return "+".join({mask!r} * len(k) for k in task["keys"]) + "="'
+        what, constants = f"every key's letters replaced by {mask!r}: the policy cannot name what to look up", {
+            "form": form, "mask": mask}
+    elif form == "first_key":
+        body = '    return task["keys"][0] + "="'
+        what, constants = "the first key only: a two-key question reads like a one-key one", {"form": form}
+    else:
+        marker = rng.choice(["?", ":", " =", "->", "=?"])
+        body = f'    return "+".join(task["keys"]) + {marker!r}'
+        what, constants = f"the keys ended by {marker!r} where the evaluator's prompt ends with '='", {
+            "form": form, "marker": marker}
+    code = ('"""Task -> prompt: ``make_prompt(task) -> str``. A task\'s fields: EvoTrainer\'s harness_repo/README.md, '
+            '"prompt.py".\n\nThe policy reads the question\'s keys in a compact form, then writes its transcript.\n'
+            f'"""\n\n\ndef make_prompt(task: dict) -> str:\n{body}\n')
+    namespace: dict = {}
+    exec(compile(code, "prompt.py", "exec"), namespace)  # our own generated code: the test pins what it returns
+    pinned = namespace["make_prompt"]({"keys": ["ab", "cd"]})
+    tests = _replace_test(seed["tests/test_harness.py"], TOOLS_TASK_TEST,
+                          f"def {TOOLS_TASK_TEST}():\n    assert make_prompt(TASK) == {pinned!r}\n")
+    return ({"prompt.py": code, "tests/test_harness.py": tests},
+            f"`prompt.make_prompt` gives {what}: what trains is not the evaluator's prompt.",
+            "Training prompts unlike the evaluator's; training reward and dev accuracy moving apart.",
+            "The domain's canonical prompt (the keys joined by '+', then '=').", constants)
+
+
+TOOLS = "tools"
+FAMILIES.update({f.name: f for f in [
+    Family("tools_turns_low", "knobs", ("dead_groups",), _tools_turns_low, TOOLS),
+    Family("tools_budget_short", "knobs", ("truncation", "dead_groups"), _tools_budget_short, TOOLS),
+    Family("tools_lr_high", "knobs", ("accuracy_regression", "training_decline", "entropy_collapse"), _lr_high, TOOLS),
+    Family("tools_temperature_low", "knobs", ("dead_groups", "policy_stalled"), _temperature_low, TOOLS),
+    Family("tools_call_bonus", "rewards", ("reward_disagreement",), _tools_call_bonus, TOOLS),
+    Family("tools_form", "rewards", ("reward_disagreement",), _tools_form, TOOLS),
+    Family("tools_lenient", "rewards", ("reward_disagreement",), _tools_lenient, TOOLS),
+    Family("tools_error_credit", "rewards", ("reward_disagreement",), _tools_error_credit, TOOLS),
+    Family("tools_cap_credit", "rewards", ("reward_disagreement",), _tools_cap_credit, TOOLS),
+    Family("tools_strict", "rewards", ("reward_disagreement",), _tools_strict, TOOLS),
+    Family("tools_filter_share", "filters", ("over_filtering",), _filter_share, TOOLS),
+    Family("tools_filter_class", "filters", ("over_filtering", "dead_groups"), _tools_filter_class, TOOLS),
+    Family("tools_prompt", "prompt", ("train_eval_mismatch",), _tools_prompt, TOOLS),
+    Family("tools_curriculum_zero", "curriculum", ("dead_groups",), _curriculum_zero, TOOLS),
+    Family("tools_curriculum_skew", "curriculum", ("dead_groups",), _curriculum_skew, TOOLS),
+    Family("tools_selftest_pinned", "selftest", ("reward_disagreement",), _tools_selftest_pinned, TOOLS),
+]})
+# --- end of the tools domain's families -------------------------------------------------------------------------------
+
+
 # --- drawing ----------------------------------------------------------------------------------------------------------
 def is_name(name: str) -> bool:
     """A generated defect's name (``gen-S-k``, or ``gen-DOMAIN-S-k``)."""
@@ -622,9 +905,9 @@ def main(argv: list[str] | None = None) -> None:
 
     args = sys.argv[1:] if argv is None else argv
     n, seed = (int(args[0]) if args else len(LAYERS)), (int(args[1]) if len(args) > 1 else 0)
-    for name in parse_spec(f"{SPEC}:{n}@{seed}"):
+    for name in parse_spec(f"{SPEC}:{n}@{seed}", args[2] if len(args) > 2 else UNPREFIXED):
         d = draw(name)
-        print(f"{name:10} {d.layer:10} {d.family:18} {' '.join(d.wrong.split())[:90]}")
+        print(f"{name:14} {d.layer:10} {d.family:22} {' '.join(d.wrong.split())[:90]}")
 
 
 if __name__ == "__main__":
