@@ -14,7 +14,11 @@ learn, its ``question``:
     stalled     the policy does not move: updates change nothing the evaluator sees
     mismatch    what trains is not what is evaluated: prompts, budgets or answers differ between the two
     signal      the update carries little signal (dead groups, diluted batches, filters that starve it)
-    behavior    the policy's completions show a defect (format, truncation, length)
+    behavior    the policy's completions show a defect (format, truncation, length; in a multi-turn domain, turns
+                stopped by the cap, erroring or needless tool calls)
+
+A ``multi_turn`` mode reads only the turn figures a multi-turn rollout records (``turns``, ``tool_calls``,
+``tool_errors``, ``hit_turn_cap``): it never occurs in a single-turn domain, whose moves need not answer it.
 
 ``tier`` orders them for the Critic and the Engineer: a wrong objective first (everything else is measured against
 it), then an update moving the wrong way, then the rest by severity x confidence.
@@ -39,6 +43,7 @@ class Mode:
     question: str  # one of QUESTIONS
     reads: str  # the evidence the rule reads
     help: str  # one line: what it means for training
+    multi_turn: bool = False  # reads only a multi-turn rollout's turn figures: never occurs in a single-turn domain
 
     @property
     def tier(self) -> int:
@@ -82,6 +87,12 @@ MODES: dict[str, Mode] = {m.name: m for m in [
          "right answers are cut at the length budget"),
     Mode("length_growth", "behavior", "behavior", "mean completion length, phase over phase",
          "completions grow long quickly"),
+    Mode("turn_cap_hit", "behavior", "behavior", "rollouts the turn cap (max_turns) stopped while they still called "
+         "the tool", "rollouts are stopped by the turn cap before they can answer", multi_turn=True),
+    Mode("tool_errors", "behavior", "behavior", "tool calls the environment answered with an error, as a share of "
+         "all calls", "many tool calls are malformed or ask for what the environment lacks", multi_turn=True),
+    Mode("tool_spam", "behavior", "behavior", "repeated identical tool calls, and calls beyond what verified-correct "
+         "rollouts of the same level make", "rollouts call the tool more than their task needs", multi_turn=True),
 ]}
 
 
