@@ -794,15 +794,15 @@ def _tools_prompt(rng: random.Random, seed: dict) -> tuple:
 
 TOOLS = "tools"
 FAMILIES.update({f.name: f for f in [
-    Family("tools_turns_low", "knobs", ("dead_groups",), _tools_turns_low, TOOLS),
+    Family("tools_turns_low", "knobs", ("turn_cap_hit", "dead_groups"), _tools_turns_low, TOOLS),
     Family("tools_budget_short", "knobs", ("truncation", "dead_groups"), _tools_budget_short, TOOLS),
     Family("tools_lr_high", "knobs", ("accuracy_regression", "training_decline", "entropy_collapse"), _lr_high, TOOLS),
     Family("tools_temperature_low", "knobs", ("dead_groups", "policy_stalled"), _temperature_low, TOOLS),
-    Family("tools_call_bonus", "rewards", ("reward_disagreement",), _tools_call_bonus, TOOLS),
+    Family("tools_call_bonus", "rewards", ("tool_spam", "reward_disagreement"), _tools_call_bonus, TOOLS),
     Family("tools_form", "rewards", ("reward_disagreement",), _tools_form, TOOLS),
     Family("tools_lenient", "rewards", ("reward_disagreement",), _tools_lenient, TOOLS),
-    Family("tools_error_credit", "rewards", ("reward_disagreement",), _tools_error_credit, TOOLS),
-    Family("tools_cap_credit", "rewards", ("reward_disagreement",), _tools_cap_credit, TOOLS),
+    Family("tools_error_credit", "rewards", ("tool_errors", "reward_disagreement"), _tools_error_credit, TOOLS),
+    Family("tools_cap_credit", "rewards", ("turn_cap_hit", "reward_disagreement"), _tools_cap_credit, TOOLS),
     Family("tools_strict", "rewards", ("reward_disagreement",), _tools_strict, TOOLS),
     Family("tools_filter_share", "filters", ("over_filtering",), _filter_share, TOOLS),
     Family("tools_filter_class", "filters", ("over_filtering", "dead_groups"), _tools_filter_class, TOOLS),
