@@ -21,6 +21,10 @@ ranking); by layer, its rules (failure mode, question):
               training's verified share rises beyond what dev accuracy does (train_eval_mismatch, mismatch)
     version   accuracy lost right after a promoted harness edit (edit_regression, harm)
 
+and, on multi-turn rollouts only (silent where no rollout called a tool), behavior: rollouts the turn cap stopped
+while still calling (turn_cap_hit), tool calls answered with an error (tool_errors), and needless calls, repeats or
+beyond what the level's verified-correct rollouts make (tool_spam).
+
 Rules fire on the point estimate crossing a threshold; how sure the evidence is (the interval against the
 threshold) becomes the diagnosis's confidence, which the Critic judges. The thresholds are ``THRESHOLDS``; none is a
 constant of a catalogued defect or of a seed harness.
@@ -38,12 +42,14 @@ from evotrainer.contracts import Diagnosis, EvalResult, MetricEvidence
 from evotrainer.judge.checks import MIN_ANSWERS_CHANGED
 from evotrainer.metrics import (accuracy_change, quarter_shift, rate_evidence, ratio_evidence, unpaired_margin,
                                 wilson)
-from evotrainer.rollouts import groups_of, is_dead
+from evotrainer.rollouts import TURN_DEFAULTS, groups_of, is_dead
 
 CREDITS_WRONG = "credits_wrong:"  # evidence name prefix: the share of rewarded-but-wrong rollouts a component credits
 MISSES_RIGHT = "misses_right:"  # evidence name prefix: the share of correct-but-unrewarded rollouts a component gives 0
 UNCUT_LENGTH = "dev_ended_length_p99"  # evidence: tokens within which 99% of the dev completions end (now or at start)
 PERCENTILE_UNITS = 100  # completions a 99th percentile needs before it is cited
+CALLS_NEEDED = "tool_calls_needed"  # evidence: the most calls verified-correct rollouts of a level make (median)
+REFERENCE_UNITS = 20  # verified-correct rollouts of a level its median calls need (the Critic's least evidence)
 
 THRESHOLDS = {
     "dead_group_ratio": 0.35,
@@ -61,6 +67,14 @@ THRESHOLDS = {
     # stalled is one a trial could not tell from its starting point either
     "stalled_changed_share": MIN_ANSWERS_CHANGED,
 }
+# The tool-use rules (multi-turn rollouts only) take the thresholds of their single-turn counterparts, each the same
+# quantity for another budget or another reader: a rollout the turn cap stops cannot give its answer, as one the
+# length budget cuts; a tool call the environment cannot answer is a malformed answer to the tool, as a format
+# failure is to the evaluator; a needless call spends a turn and budget tokens on nothing the answer needs, a defect
+# in that many of the calls as the format rule's in that many completions.
+THRESHOLDS["turn_cap_rate"] = THRESHOLDS["truncation_rate"]
+THRESHOLDS["tool_error_rate"] = THRESHOLDS["format_failure_rate"]
+THRESHOLDS["needless_call_share"] = THRESHOLDS["format_failure_rate"]
 # train_eval_mismatch's budget channel reads the share of training's right answers that the evaluator's budget cuts
 # to a wrong one against correct_truncated_rate: the same quantity (right answers lost to a budget) for the other
 # budget, so one threshold serves both
@@ -177,6 +191,37 @@ def cut_at(row: dict, budget: int) -> str | None:
     return row["completion"][: len(row["completion"]) * budget // text_tokens]
 
 
+def turn(row: dict, key: str):
+    """A rollout's turn figure ``key`` (``turns``, ``tool_calls``, ``tool_errors``, ``hit_turn_cap``); a single-turn
+    rollout's (``TURN_DEFAULTS``) where the row has none."""
+    return row.get(key, TURN_DEFAULTS[key])
+
+
+def calls_needed(rows: list[dict]) -> dict[str, float]:
+    """Level -> the tool calls its verified-correct rollouts make (their median): what the level's tasks need, by
+    the policy's own right answers. Only levels with at least ``REFERENCE_UNITS`` of them."""
+    by_level: dict[str, list[int]] = {}
+    for r in rows:
+        if r["verified"]:
+            by_level.setdefault(r["difficulty"], []).append(turn(r, "tool_calls"))
+    out = {}
+    for level, calls in by_level.items():
+        if len(calls) >= REFERENCE_UNITS:
+            calls.sort()
+            mid = len(calls) // 2
+            out[level] = calls[mid] if len(calls) % 2 else (calls[mid - 1] + calls[mid]) / 2
+    return out
+
+
+def needless_calls(row: dict, calls: list[str], needed: float | None) -> tuple[int, int]:
+    """(calls that repeat one the rollout already made, calls a rollout makes needlessly): a repeat is needless (the
+    environment answers a call the same way twice), and so is every call beyond what the level's verified-correct
+    rollouts need (``needed``: None when unknown); the needless count is the larger of the two views."""
+    repeats = len(calls) - len(set(calls))
+    beyond = max(0, turn(row, "tool_calls") - math.floor(needed)) if needed is not None else 0
+    return repeats, max(repeats, beyond)
+
+
 def _half(e: MetricEvidence) -> float:
     return (e.high - e.low) / 2
 
@@ -194,7 +239,8 @@ class HeuristicDiagnostician:
         prefix = f"d{ev.phase}"
         for rule in (self._score, self._version, self._decline, self._stalled, self._dead_groups, self._diluted,
                      self._kept, self._format, self._truncation, self._correct_truncated, self._disagreement,
-                     self._length, self._collapse, self._mismatch):
+                     self._length, self._collapse, self._mismatch, self._turn_cap, self._tool_errors,
+                     self._tool_spam):
             d = rule(ev)
             if d is not None:
                 d.id = f"{prefix}-{len(out) + 1}"
@@ -530,6 +576,92 @@ class HeuristicDiagnostician:
             evidence=[e, MetricEvidence(name="reward_shift", value=reward[1] - reward[0], low=reward[2],
                                         high=reward[3], n=len(ev.current.trajectory["reward"]))],
             severity=_severity(drop, th, 0.3), confidence=_confidence(e, "above"),
+        )
+
+    # tool use (multi-turn rollouts: silent where no rollout called a tool) ----------------------------------------
+    @staticmethod
+    def _by_level(hits: list[dict], rows: list[dict]) -> str:
+        levels = sorted({r["difficulty"] for r in rows})
+        return ", ".join(f"level {lv}: {sum(r['difficulty'] == lv for r in hits) / n:.0%}" for lv in levels
+                         if (n := sum(r["difficulty"] == lv for r in rows)))
+
+    def _turn_cap(self, ev: PhaseEvidence) -> Diagnosis | None:
+        """Rollouts the turn cap (``max_turns``) stopped while they still called the tool: they end without a final
+        answer, so they cannot be right, as a completion the length budget cuts. A share of the rollouts, with the
+        levels it falls on (a cap too low for the longest transcript stops only the levels that need more calls)."""
+        rows = ev.rollouts
+        if not any(turn(r, "tool_calls") for r in rows):
+            return None
+        capped = [r for r in rows if turn(r, "hit_turn_cap")]
+        cap = ev.knobs.max_turns
+        return self._rate_above(
+            "turn_cap_rate", "turn_cap_rate", capped, rows, "turn_cap_hit",
+            lambda e: f"{e.value:.0%} of rollouts (95% CI {e.low:.0%} to {e.high:.0%}) were stopped by the turn cap "
+                      f"(max_turns {cap}) while still calling the tool, so they end without a final answer; by "
+                      f"level: {self._by_level(capped, rows)}.")
+
+    def _tool_errors(self, ev: PhaseEvidence) -> Diagnosis | None:
+        """Tool calls the environment answered with an error (a malformed call, or one asking for what the
+        environment lacks), as a share of all the phase's calls, with a group-bootstrap interval (a group's
+        rollouts share a task and its environment)."""
+        rows = ev.rollouts
+        calls = sum(turn(r, "tool_calls") for r in rows)
+        if not calls:
+            return None
+        th = THRESHOLDS["tool_error_rate"]
+        e = ratio_evidence("tool_error_rate", rows, lambda g: (sum(turn(r, "tool_errors") for r in g),
+                                                               sum(turn(r, "tool_calls") for r in g)), threshold=th)
+        if e.value <= th:
+            return None
+        erring = [r for r in rows if turn(r, "tool_errors")]
+        share = rate_evidence("rollouts_with_tool_error", len(erring), len(rows))
+        return Diagnosis(
+            id="", **_mode("tool_errors"),
+            statement=f"{e.value:.0%} of the phase's {calls} tool calls (95% CI {e.low:.0%} to {e.high:.0%}) were "
+                      f"answered with an error, in {share.value:.0%} of rollouts (by level: "
+                      f"{self._by_level(erring, rows)}): calls the environment cannot serve spend turns and tell the "
+                      f"policy nothing.",
+            evidence=[e, share], rollout_ids=_examples(erring), severity=_severity(e.value, th, 0.5),
+            confidence=_confidence(e, "above"),
+        )
+
+    def _tool_spam(self, ev: PhaseEvidence) -> Diagnosis | None:
+        """Tool calls the task does not need, as a share of all calls (group-bootstrap interval): a call that
+        repeats one the rollout already made (the domain lists a completion's calls: ``Domain.tool_calls_in``), or
+        one beyond the calls the level's verified-correct rollouts make (``calls_needed``: the policy's own right
+        answers say what a task of the level takes). Cites the most any level needs (``CALLS_NEEDED``), which sizes
+        a lower turn cap (``agents.knob_moves``)."""
+        rows = ev.rollouts
+        calls = sum(turn(r, "tool_calls") for r in rows)
+        if not calls:
+            return None
+        needed = calls_needed(rows)
+        counts = {id(r): needless_calls(r, ev.domain.tool_calls_in(r["completion"]), needed.get(r["difficulty"]))
+                  for r in rows}
+        th = THRESHOLDS["needless_call_share"]
+        e = ratio_evidence("needless_call_share", rows, lambda g: (sum(counts[id(r)][1] for r in g),
+                                                                   sum(turn(r, "tool_calls") for r in g)),
+                           threshold=th)
+        if e.value <= th:
+            return None
+        spam = [r for r in rows if counts[id(r)][1]]
+        repeats = sum(c[0] for c in counts.values())
+        evidence = [e, rate_evidence("repeated_call_share", repeats, calls)]
+        if needed:
+            most = max(needed.values())
+            evidence.append(MetricEvidence(name=CALLS_NEEDED, value=most, low=most, high=most,
+                                           n=sum(r["verified"] for r in rows)))
+        what = (", ".join(f"level {lv}: {n:g}" for lv, n in sorted(needed.items())) if needed else
+                "no level has enough verified-correct rollouts to say")
+        return Diagnosis(
+            id="", **_mode("tool_spam"),
+            statement=f"{e.value:.0%} of the phase's {calls} tool calls (95% CI {e.low:.0%} to {e.high:.0%}) are "
+                      f"needless, in {len(spam)} rollouts: {repeats} repeat a call the rollout already made, the "
+                      f"rest go beyond the calls verified-correct rollouts of their level make ({what}). Needless "
+                      f"calls spend turns (max_turns {ev.knobs.max_turns}) and budget tokens on nothing the answer "
+                      f"needs.",
+            evidence=evidence, rollout_ids=_examples(spam), severity=_severity(e.value, th, 0.5),
+            confidence=_confidence(e, "above"),
         )
 
     # what trains against what is evaluated ---------------------------------------------------------------------

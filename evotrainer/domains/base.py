@@ -100,6 +100,12 @@ class Domain(ABC):
         decision reads it. By default the strict verdict: a domain without forgivable slips need not override it."""
         return self.verify(task, completion)
 
+    def tool_calls_in(self, completion: str) -> list[str]:
+        """The tool calls a completion makes, in order, each as the policy wrote it with its arguments
+        (``get(abc)``): two equal ones are one call repeated. A single-turn domain has none. The Diagnostician reads
+        repeated calls from it (``tool_spam``)."""
+        return []
+
     def near_miss(self, task: Task) -> str | None:
         """A common wrong answer to the task (a slip a learner makes), or None when the domain names none. Only the
         tiny policy's warm-up uses it (``policy.tiny.warmup_slip``); never the verifier."""

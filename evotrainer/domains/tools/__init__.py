@@ -178,6 +178,10 @@ class ToolsDomain(Domain):
         teaches it beside the transcript, so the policy's samples hold both and RL learns to call."""
         return str(int(task["answer"]) + 1)
 
+    def tool_calls_in(self, completion: str) -> list[str]:
+        """Each ``get(KEY)`` the transcript writes, its key stripped as the environment reads it."""
+        return [f"{TOOL}({call.group(1).strip()})" for call in CALL.finditer(completion)]
+
     def transcript_fields(self, task: Task, completion: str) -> dict:
         """The turn figures of a transcript given as text (a null probe's, in the reward pentest): its tool calls
         replayed against the task's environment, as a rollout records them (``Rollout.turns`` ...)."""
