@@ -1,16 +1,17 @@
 """The knob moves: one table row per harness.yaml knob (:data:`KNOBS`), and the moves it generates.
 
-A numeric knob steps up and down on its natural scale (log for rates, norms and budgets, log2 for counts, additive
-for temperature; a knob that may be 0 is "off" there and comes on at its row's onset) and, where its row gives a jump
-factor, jumps further when the evidence says the policy does not move although its groups carry signal
+A numeric knob steps up and down on its natural scale (log for rates, norms and budgets, log2 for counts, additive for
+temperature and the turn cap; a knob that may be 0 is "off" there and comes on at its row's onset) and, where its row
+gives a jump factor, jumps further when the evidence says the policy does not move although its groups carry signal
 (``policy_stalled``) or collapsed (an overshoot mode, or ``COLLAPSE`` of its dev accuracy lost). A categorical knob
-moves to each value a failure mode's mechanism asks for. Each move declares what it does to the knob, the failure
-modes it answers, the metric it should move, its mirror or why it has none, and needs a training run to be judged
-(``needs_pilot``). A value the Knobs validator refuses (its bounds, the clip epsilons without reuse) is not
-applicable. The completion budget is sized from the evidence both ways; two more moves go to a fixed point (the
-evaluator's budget, a temperature of 1). ``agents/playbook.py`` merges them into the playbook (:data:`KNOB_MOVES`)
-and its docstring tables the factors; ``tests/test_moves.py`` holds every knob to a move each way, a mirror, a
-return to the start, and no catalogued defect's constant.
+moves to each value a failure mode's mechanism asks for. Each move declares what it does to the knob, the failure modes
+it answers, the metric it should move, its mirror or why it has none, and needs a training run to be judged
+(``needs_pilot``). A value the Knobs validator refuses (its bounds, the clip epsilons without reuse) is not applicable.
+The completion budget is sized from the evidence both ways, the turn cap (``max_turns``, moved only where harness.yaml
+sets one: a multi-turn domain's) down; two more moves go to a fixed point (the evaluator's budget, a temperature of 1).
+``agents/playbook.py`` merges them into the playbook (:data:`KNOB_MOVES`) and its docstring tables the factors;
+``tests/test_moves.py`` holds every knob to a move each way, a mirror, a return to the start, and no catalogued defect's
+constant.
 
 Alone: ``python -m agents.knob_moves`` prints each move with its mirror.
 """
@@ -23,7 +24,7 @@ from typing import Callable, get_args
 
 from pydantic import ValidationError
 
-from agents.diagnostician import UNCUT_LENGTH
+from agents.diagnostician import CALLS_NEEDED, UNCUT_LENGTH
 from agents.move_kit import (EVALUATOR_BUDGET, STALLED, Files, Intervention, cited, collapsed, fmt, same_function,
                              set_yaml_scalar, stalled_with_signal)
 from evotrainer.domains.neutral import KEEP_ALL
@@ -209,6 +210,20 @@ def _lower_budget(files: Files, knobs: Knobs, ctx: dict) -> int | None:
     return lowered if 1 <= lowered < knobs.max_completion_length else None
 
 
+def _multi_turn(files: Files, knobs: Knobs, ctx: dict) -> bool:
+    """The harness trains multi-turn rollouts: harness.yaml sets a turn cap (a single-turn harness has none)."""
+    return knobs.max_turns is not None
+
+
+def _lower_turns(files: Files, knobs: Knobs, ctx: dict) -> int | None:
+    """A turn cap with room for the calls right answers make and the answer (``CALLS_NEEDED``, the most calls the
+    levels' verified-correct rollouts make, plus one turn), where the diagnosis cites it; else one turn less. Never
+    below that room, nor 0."""
+    needed = cited(ctx).get(CALLS_NEEDED)
+    lowered = math.ceil(needed) + 1 if needed is not None else knobs.max_turns - 1
+    return lowered if 1 <= lowered < knobs.max_turns else None
+
+
 def _toward_eval_budget(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     """The training budget set to the evaluator's (``EVALUATOR_BUDGET``, cited by a train_eval_mismatch diagnosis):
     training then rewards only what the evaluator can read."""
@@ -247,6 +262,13 @@ KNOBS: dict[str, Knob] = {row.key: row for row in [
                 "completions are being cut before they end"),
          down=Way(("length_growth",), "completion_tokens_mean", "down", "completions grow far past what an answer "
                   "needs, and a budget with room only for that holds them back")),
+    Knob("max_turns", 85, summary="the turn cap", scale="add", step=1, integer=True,
+         requires={"up": _multi_turn, "down": _multi_turn}, size={"down": _lower_turns},
+         up=Way(("turn_cap_hit",), "turn_cap_rate", "down", "rollouts the cap stops while they still call the tool "
+                "end without an answer: each turn more is one more call, or the answer (one turn at a time: a turn "
+                "is a whole call)"),
+         down=Way(("tool_spam",), "needless_call_share", "down", "a cap with room for the calls right answers make "
+                  "and the answer leaves no turn for needless ones")),
     Knob("loss_type", 110, summary="the loss",
          values={"dr_grpo": Way(("length_growth",), "completion_tokens_mean", "down",
                                 "normalising by each completion's length penalises a long wrong completion less per "

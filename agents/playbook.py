@@ -30,6 +30,9 @@ Five kinds of moves, none carrying a constant of a catalogued defect or of a see
       max_completion_length log2, integer   x2, sized   -          raise_: what 99% of ended completions need, at
                             from evidence                          least doubling; lower_: twice that where cited,
                                                                    else half; budget_toward_eval: the evaluator's
+      max_turns             additive,       +-1, down   -          raise_ / lower_ (only where harness.yaml sets a
+                            integer         sized                  turn cap); lower_: the calls right answers make
+                                                                   plus the answer's turn, where cited
       loss_type             categorical     to dr_grpo, to dapo     back: undo (no mode asks for grpo or bnpo)
       scale_rewards         categorical     to group, to batch      back: undo (no mode asks for none)
       lr_schedule           categorical     to constant, cosine, linear   each other's mirror
@@ -408,7 +411,8 @@ UNDO = Intervention(
 
 
 # Generic moves. Priorities leave gaps so a domain's own interventions slot in between them (math:
-# partial_credit_reward 20, format_reward 40, verifier_aligned_reward 45, numeric_answer_match 50).
+# partial_credit_reward 20, format_reward 40, verifier_aligned_reward 45, numeric_answer_match 50; tools:
+# tool_error_cost 42, repeat_call_cost 43).
 GENERIC: list[Intervention] = [
     UNDO,
     Intervention(

@@ -24,6 +24,7 @@ from evotrainer.domains import get_domain
 from evotrainer.harness.knobs import read_knobs
 from evotrainer.harness.repo import HarnessRepo
 from tests.conftest import rollouts, tasks_for
+from tests.test_tool_modes import tool_rows, tools_evidence
 
 DEV = 2000  # dev items, as the default dev split
 
@@ -71,7 +72,8 @@ def found(ev: PhaseEvidence) -> dict[str, Diagnosis]:
 
 # --- the registry and what reads it ----------------------------------------------------------------------------
 def scenarios(knobs) -> list[PhaseEvidence]:
-    """Crafted phases on which, together, every rule of the built-in Diagnostician fires."""
+    """Crafted phases on which, together, every rule of the built-in Diagnostician fires (the tool-use rules on tools
+    transcripts: rollouts stopped by the turn cap, calls the environment answers with an error, calls repeated)."""
     dead = rollouts([[("9", True), ("1", False)] * 4 if g % 4 == 0 else [("1", False)] * 8 for g in range(60)])
     cut = rollouts([[("9", True), ("1+1+", False)] * 4 for _ in range(60)], truncated=True)
     hacked = rollouts([[("9", True), ("1", False)] * 4 for _ in range(60)])
@@ -95,7 +97,9 @@ def scenarios(knobs) -> list[PhaseEvidence]:
             evidence(starved, knobs, [result(1, dev(third))]),
             evidence(dead, knobs, [before, after], last_promotion={"branch": "b", "intervention": "x"}),
             evidence(dead, knobs, [stalled], baseline=dev(third)),
-            evidence(long, knobs, [result(1, dev(third, budget=6))])]
+            evidence(long, knobs, [result(1, dev(third, budget=6))]),
+            *(tools_evidence(tool_rows(["right"] * 4 + [kind] * 3 + ["wrong"])) for kind in ("capped", "error",
+                                                                                               "repeat"))]
 
 
 def test_every_mode_the_diagnostician_emits_is_registered_with_its_layer_and_every_registered_one_is_emitted(knobs):

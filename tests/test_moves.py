@@ -26,7 +26,7 @@ from evotrainer.domains import get_domain
 from evotrainer.domains.neutral import forms
 from evotrainer.harness import faults
 from evotrainer.harness.knobs import Knobs, parse_knobs
-from evotrainer.harness.repo import HARNESS_FILES, HarnessRepo
+from evotrainer.harness.repo import HARNESS_FILES, HarnessRepo, seed_dir
 from tests.conftest import ROOT, SEED
 
 BUSY_KNOBS = {"learning_rate": "3.0e-4", "temperature": "1.5", "max_completion_length": "16", "loss_type": "dapo",
@@ -44,6 +44,11 @@ BUSY_CODE = {
 
 def seed_files() -> dict[str, str]:
     return {name: (SEED / name).read_text() for name in HARNESS_FILES}
+
+
+def tools_files() -> dict[str, str]:
+    """The tools seed: a multi-turn harness (its harness.yaml sets max_turns)."""
+    return {name: (seed_dir("tools") / name).read_text() for name in HARNESS_FILES}
 
 
 def busy_files() -> dict[str, str]:
@@ -82,10 +87,10 @@ def level_stats() -> dict[str, dict]:
 
 
 def applied(move, files: dict[str, str] | None = None):
-    """(files, edits, ctx) of the first harness (the seed, then the busy one) and diagnosis (each mode the move
-    answers, citing evidence or not) on which ``move`` (a template: its first concrete move) applies; None when
-    none does."""
-    for base in ([files] if files else [seed_files(), busy_files()]):
+    """(files, edits, ctx) of the first harness (the seed, the busy one, then the tools seed) and diagnosis (each mode
+    the move answers, citing evidence or not) on which ``move`` (a template: its first concrete move) applies; None
+    when none does."""
+    for base in ([files] if files else [seed_files(), busy_files(), tools_files()]):
         knobs = parse_knobs(base["harness.yaml"])
         for mode in (move.answers or (None,)):
             for rich in (True, False):
@@ -98,12 +103,21 @@ def applied(move, files: dict[str, str] | None = None):
 
 
 MOVES = [m for m in for_domain("math") if m is not UNDO]
+TOOLS_MOVES = [m for m in for_domain("tools") if m.name not in {n.name for n in MOVES} | {UNDO.name}]
 
 
-def test_every_registered_failure_mode_has_a_move_in_the_math_domain():
-    missing = sorted(set(modes.MODES) - set(repairs_by_mode("math")))
+@pytest.mark.parametrize("domain", ["math", "tools"])
+def test_every_registered_failure_mode_has_a_move_in_a_domain_where_it_can_occur(domain):
+    """Every mode in the tools domain (multi-turn: all of them occur there); every mode but the multi-turn ones in
+    math, whose single-turn rollouts never show them."""
+    from evotrainer.trainer.shapes import shape_of
+
+    multi_turn = shape_of(get_domain(domain)) != "single_turn"
+    can_occur = {m.name for m in modes.MODES.values() if multi_turn or not m.multi_turn}
+    assert domain == "math" or can_occur == set(modes.MODES)
+    missing = sorted(can_occur - set(repairs_by_mode(domain)))
     assert not missing, f"failure modes no move answers: {missing}"
-    unknown = sorted(set(repairs_by_mode("math")) - set(modes.MODES))
+    unknown = sorted(set(repairs_by_mode(domain)) - set(modes.MODES))
     assert not unknown, f"moves answer modes the registry does not know: {unknown}"
 
 
@@ -123,9 +137,7 @@ def test_the_evidence_moves_size_from_is_what_the_diagnostician_cites():
 
 def test_every_knob_has_moves_both_ways_and_every_knob_move_a_mirror_or_a_reason():
     numeric = {k for k, row in KNOBS.items() if not row.values}
-    # max_turns: a multi-turn domain's turn cap, absent from every single-turn harness; its moves belong with the
-    # tools domain's (issue 41: not written yet)
-    assert set(KNOBS) == set(Knobs.model_fields) - {"reward_weights", "curriculum_weights", "max_turns"}
+    assert set(KNOBS) == set(Knobs.model_fields) - {"reward_weights", "curriculum_weights"}
     by_name = {m.name: m for m in for_domain("math")}
     for key in numeric:
         assert {f"raise_{key}", f"lower_{key}"} <= set(by_name), key
@@ -144,7 +156,9 @@ def test_a_step_up_then_down_returns_the_start(key):
     """On the seed's value, the busy harness's and a value one step off each (within the rounding harness.yaml
     writes), for steps and jumps alike."""
     row = KNOBS[key]
-    starts = {getattr(parse_knobs(f["harness.yaml"]), key) for f in (seed_files(), busy_files())}
+    starts = {getattr(parse_knobs(f["harness.yaml"]), key) for f in (seed_files(), busy_files(), tools_files())}
+    starts.discard(None)  # a knob a harness leaves unset (a single-turn harness's max_turns)
+    assert starts, key
     for start in list(starts):
         starts.add(stepped(row, start, +1, row.step))
     for start in sorted(s for s in starts if s is not None):
@@ -156,7 +170,7 @@ def test_a_step_up_then_down_returns_the_start(key):
             assert back == pytest.approx(start, rel=1e-5), (key, start, factor, up, back)
 
 
-@pytest.mark.parametrize("move", MOVES, ids=lambda m: m.name)
+@pytest.mark.parametrize("move", MOVES + TOOLS_MOVES, ids=lambda m: m.name)
 def test_every_move_applies_somewhere_and_keeps_harness_yaml_valid(move):
     found = applied(move)
     assert found, f"{move.name} applies to neither the seed nor the busy harness with any diagnosis it answers"
