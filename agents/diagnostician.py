@@ -48,8 +48,8 @@ CREDITS_WRONG = "credits_wrong:"  # evidence name prefix: the share of rewarded-
 MISSES_RIGHT = "misses_right:"  # evidence name prefix: the share of correct-but-unrewarded rollouts a component gives 0
 UNCUT_LENGTH = "dev_ended_length_p99"  # evidence: tokens within which 99% of the dev completions end (now or at start)
 PERCENTILE_UNITS = 100  # completions a 99th percentile needs before it is cited
-CALLS_NEEDED = "tool_calls_needed"  # evidence: the most calls verified-correct rollouts of a level make (median)
-REFERENCE_UNITS = 20  # verified-correct rollouts of a level its median calls need (the Critic's least evidence)
+CALLS_NEEDED = "tool_calls_needed"  # evidence: the most calls any level needs, by its verified-correct rollouts
+REFERENCE_UNITS = 20  # verified-correct rollouts of a level what it needs is read from (the Critic's least evidence)
 
 THRESHOLDS = {
     "dead_group_ratio": 0.35,
@@ -197,9 +197,12 @@ def turn(row: dict, key: str):
     return row.get(key, TURN_DEFAULTS[key])
 
 
-def calls_needed(rows: list[dict]) -> dict[str, float]:
-    """Level -> the tool calls its verified-correct rollouts make (their median): what the level's tasks need, by
-    the policy's own right answers. Only levels with at least ``REFERENCE_UNITS`` of them."""
+def calls_needed(rows: list[dict]) -> dict[str, int]:
+    """Level -> the tool calls its tasks need, by the policy's own right answers: the most that three in four of the
+    level's verified-correct rollouts make (their upper quartile). A quartile, not the median, so that right answers
+    reached without the calls (a lucky guess, no call at all) do not set the need below what a task takes unless
+    three in four right answers are such; fewer than a quarter that call needlessly do not raise it. Only levels with at
+    least ``REFERENCE_UNITS`` right answers."""
     by_level: dict[str, list[int]] = {}
     for r in rows:
         if r["verified"]:
@@ -207,18 +210,16 @@ def calls_needed(rows: list[dict]) -> dict[str, float]:
     out = {}
     for level, calls in by_level.items():
         if len(calls) >= REFERENCE_UNITS:
-            calls.sort()
-            mid = len(calls) // 2
-            out[level] = calls[mid] if len(calls) % 2 else (calls[mid - 1] + calls[mid]) / 2
+            out[level] = sorted(calls)[(3 * len(calls) - 1) // 4]
     return out
 
 
-def needless_calls(row: dict, calls: list[str], needed: float | None) -> tuple[int, int]:
+def needless_calls(row: dict, calls: list[str], needed: int | None) -> tuple[int, int]:
     """(calls that repeat one the rollout already made, calls a rollout makes needlessly): a repeat is needless (the
     environment answers a call the same way twice), and so is every call beyond what the level's verified-correct
     rollouts need (``needed``: None when unknown); the needless count is the larger of the two views."""
     repeats = len(calls) - len(set(calls))
-    beyond = max(0, turn(row, "tool_calls") - math.floor(needed)) if needed is not None else 0
+    beyond = max(0, turn(row, "tool_calls") - needed) if needed is not None else 0
     return repeats, max(repeats, beyond)
 
 

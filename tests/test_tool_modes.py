@@ -46,7 +46,8 @@ def transcript(task: dict, kind: str) -> tuple[str, bool]:
             "capped": (calls, True),  # stopped after its calls, before its answer (a cap as short as its calls)
             "error": (f"get(zz)={ERROR};{wrong}", False),  # a key the table lacks
             "repeat": (calls + calls + task["answer"], False),  # every call twice, then the right answer
-            "decoy": (calls + f"get({decoy})={task['table'][decoy]};" + wrong, False)}[kind]  # a call not needed
+            "decoy": (calls + f"get({decoy})={task['table'][decoy]};" + wrong, False),  # a call not needed
+            "lucky": (task["answer"], False)}[kind]  # right without a call
 
 
 def tool_rows(kinds: list[str], tasks: list[dict] = TASKS) -> list[dict]:
@@ -117,8 +118,17 @@ def test_calls_beyond_what_right_answers_make_are_spam_without_a_repeat():
     assert {e.name: e.value for e in d.evidence}[CALLS_NEEDED] == 2
 
 
+def test_right_answers_reached_without_a_call_do_not_make_every_call_needless():
+    """Lucky guesses, most of the right answers but not three in four: a median of their calls would say the levels
+    need none, and call every call needless."""
+    ev = tools_evidence(tool_rows(["lucky"] * 4 + ["right"] * 3 + ["wrong"]))
+    assert "tool_spam" not in found(ev)
+    ev = tools_evidence(tool_rows(["lucky"] * 4 + ["right"] * 3 + ["decoy"]))
+    assert "tool_spam" in found(ev)  # a call beyond what the calling right answers make still is
+
+
 def test_spam_is_read_from_repeats_where_right_answers_are_too_few_to_say_what_a_level_needs():
-    rows = tool_rows(["repeat"] + ["wrong"] * 7)  # 16 right answers a level: under the 20 a median needs
+    rows = tool_rows(["repeat"] + ["wrong"] * 7)  # 16 right answers a level: under the 20 a need is read from
     d = found(tools_evidence(rows))["tool_spam"]
     assert CALLS_NEEDED not in {e.name for e in d.evidence} and "no level has enough" in d.statement
 
