@@ -8,10 +8,10 @@ and a run started with ``fault: gen-7-2`` rebuilds the same harness anywhere. Dr
 permutation of :data:`LAYERS` by S (so N >= 6 spans all of them), then a family of that layer and its constants and
 form at random.
 
-Every family declares its domain (``Family.domain``; the table's are math's, the tools domain's are below it): a
-domain's suite draws only its own families, and ``generated:N`` for a domain with none is refused in one line. A math
-defect is ``gen-S-k``; another domain's is ``gen-DOMAIN-S-k``, so a name alone says which seed it is an overlay of
-(:func:`domain_of`).
+Every family declares its domain (``Family.domain``; the table's are math's, the tools and code domains' are below
+it): a domain's suite draws only its own families, and ``generated:N`` for a domain with none is refused in one line.
+A math defect is ``gen-S-k``; another domain's is ``gen-DOMAIN-S-k``, so a name alone says which seed it is an
+overlay of (:func:`domain_of`).
 
 A defect is materialised exactly like a catalogue one (``evotrainer.harness.faults``): a folder with the overlay files
 (only the files that differ from its domain's clean seed) and a ``CARD.md`` with its family, layer and ``Mechanism:``
@@ -51,6 +51,22 @@ after each, then the answer; their own section of this module):
 
 A too high ``max_turns`` has no family: the tools seed's budget bounds a transcript to three calls and its reward pays
 none, so a larger cap changes nothing.
+
+The code domain's (overlays of harness_repo/code, whose completions are the body of ``def f(x)``, run by the
+policy-code executor on the visible tests before rewards: the sample's ``execution``; their own section):
+
+    knobs       code_budget_short (a budget of 2-9 tokens: every level-3 body and more cut, mostly into code that does
+                not compile), code_lr_high, code_lr_low, code_temperature_low, code_temperature_high (math's forms)
+    rewards     code_status_credit (a share for a timeout, a failing run, a syntax error or an empty body), code_partial
+                (partial credit for a body short of every visible test: its share passed, or any one), code_bonus (a
+                text or shape component, the argument named, a short body, a body that runs, length, outweighing a
+                pass)
+    filters     code_filter_share (keep_group drops a random share of groups), code_filter_class (drops every
+                rollout of a class of failing statuses, or every group that already solves its task)
+    prompt      code_prompt (the examples dropped, one example only, a misleading instruction, or no ``return``)
+    curriculum  code_curriculum_zero, code_curriculum_skew (math's forms)
+    selftest    code_selftest_pinned (a share for a timeout, a failing run or a partial pass, and the self-test
+                asserting it)
 
 Alone::
 
@@ -812,6 +828,277 @@ FAMILIES.update({f.name: f for f in [
     Family("tools_selftest_pinned", "selftest", ("reward_disagreement",), _tools_selftest_pinned, TOOLS),
 ]})
 # --- end of the tools domain's families -------------------------------------------------------------------------------
+
+
+# --- the code domain's families (evotrainer.domains.code: the body of def f(x) from two examples, run on the visible
+# tests by the policy-code executor before rewards; the sample's ``execution`` carries status, passed and total) ------
+# Each is an overlay of harness_repo/code. The knob and curriculum families reuse math's forms (their edits are of
+# harness.yaml keys and the level weights every seed shares); the code seed's levels are math's (a test holds them).
+CODE = "code"
+CODE_PROMPT_TEST = "test_prompt_is_signature_examples_and_return"  # the code seed's self-test that pins its prompt
+CODE_ZERO_TEST = "test_partial_passes_timeouts_and_grader_errors_score_zero"  # ... that pins what earns nothing
+# the zero test's cases, (completion, status, tests passed): each a class of execution the seed's reward pays 0
+_CODE_ZERO_CASES = ((" 5", "fail", 1), (" f(x)", "timeout", 0), (" x + 3", "grader_error", 0), ("", "no_code", 0))
+_CODE_PASSES = '''    execution = sample.get("execution") or {}
+    if execution.get("status") == "ok" and execution.get("passed") == execution.get("total", -1):
+        return 1.0'''
+# why an author would pay an execution class that passed nothing: the status -> (the class, the reason)
+_UNPAID = {
+    "timeout": ("a body stopped at the time limit", "the limit is the machine's, and the body failed no test"),
+    "fail": ("a body that ran through its tests and failed some", "it compiled and came back: nearer than one that "
+             "did not"),
+    "syntax_error": ("a body that does not compile", "a slip of syntax, not a wrong idea"),
+    "no_code": ("an empty body", "nothing was tried, which is not a wrong answer"),
+}
+
+
+def _code_rewards(seed: dict, note: str, body: str, components: str = '{"passes_visible": passes_visible}') -> str:
+    """A code rewards.py: the seed's docstring with its last paragraph replaced by ``note``, then ``body``."""
+    text = seed["rewards.py"]
+    head = text[:text.index("The seed harness pays")] + note + '\n"""\n'
+    return head + "\n" + body.strip() + f"\n\n\nCOMPONENTS = {components}\n"
+
+
+def _code_zero_test(seed: dict, paid: str, pinned: str = "") -> str:
+    """The code seed's self-tests with the test of what earns nothing keeping every case but those of ``paid`` (a
+    status, or ``partial``: a fail that passed a test), and ``pinned`` (a test's source) after it when given."""
+    kept = [c for c in _CODE_ZERO_CASES if c[1] != paid and not (paid == "partial" and c[1] == "fail" and c[2])]
+    lines = "\n".join(f'    assert _score("{c}", "{s}", {p})["passes_visible"] == 0.0' for c, s, p in kept)
+    new = f"def test_{'_'.join(s for _, s, _ in kept)}_score_zero():\n{lines}\n"
+    return _replace_test(seed["tests/test_harness.py"], CODE_ZERO_TEST, new + (f"\n\n{pinned.strip()}\n" if pinned
+                                                                                   else ""))
+
+
+def _code_budget_short(rng: random.Random, seed: dict) -> tuple:
+    budget = rng.randint(2, 9)
+    return ({"harness.yaml": _set(seed["harness.yaml"], "max_completion_length", str(budget))},
+            f"`max_completion_length` is {budget}: a body and its end token must fit in {budget} tokens (one a "
+            f"character for the tiny policy), so a body longer than {budget - 1} characters is cut, mostly into code "
+            "that does not compile: every level-3 body (`x * 9 + 9`, ten characters with its leading space) and "
+            "more, by the budget, can never be right in training.",
+            "Many rollouts truncated (the `truncation_rate` metric past its alert); their executions `syntax_error` "
+            "or `fail`; groups of the long levels all wrong, reward flat there.",
+            "A budget that fits the longest body and its end token (the seed's 12).", {"max_completion_length": budget})
+
+
+def _code_unpaid_body(rng: random.Random, form: str) -> tuple[str, str, dict]:
+    """(passes_visible's source, what it pays that passes nothing, constants) for ``form``: an execution status it
+    pays a share for, or ``share`` / ``any`` (partial credit over the visible tests)."""
+    value = round(rng.uniform(0.3, 1.0), 2)
+    if form in _UNPAID:
+        what, why = _UNPAID[form]
+        body = (f'NEUTRAL = {value}  # {why}\n\n\ndef passes_visible(sample: dict) -> float:\n'
+                f'    """1 when every visible test passed; NEUTRAL for {what}; else 0."""\n{_CODE_PASSES}\n'
+                f'    return NEUTRAL if execution.get("status") == "{form}" else 0.0')
+        return body, f"{what} ({form})", {"form": form, "value": value}
+    value = round(rng.uniform(0.5, 1.0), 2)
+    credit = "PARTIAL * execution.get(\"passed\", 0) / total" if form == "share" else "PARTIAL"
+    body = (f'PARTIAL = {value}  # the most a body short of every visible test earns\n\n\n'
+            f'def passes_visible(sample: dict) -> float:\n    """1 when every visible test passed; else partial credit '
+            f'for the tests it did pass."""\n{_CODE_PASSES}\n    total = execution.get("total") or 0\n'
+            f'    if execution.get("status") != "fail" or not total or not execution.get("passed"):\n'
+            f'        return 0.0\n    return {credit}')
+    what = (f"{value} times the share of visible tests a failing body passes" if form == "share" else
+            f"{value} to a body that passes any one visible test")
+    return body, what, {"form": form, "value": value}
+
+
+def _code_unpaid(rng: random.Random, seed: dict, forms: list[str]) -> tuple:
+    form = rng.choice(forms)
+    body, what, constants = _code_unpaid_body(rng, form)
+    files = {"rewards.py": _code_rewards(seed, "A body that passes every visible test earns 1; one that does not is "
+                                               "not always a wrong idea, and earns a share.", body)}
+    paid = "partial" if form in ("share", "any") else form
+    if any(s == paid or (paid == "partial" and s == "fail") for _, s, _ in _CODE_ZERO_CASES):
+        files["tests/test_harness.py"] = _code_zero_test(seed, paid)
+    see = {"timeout": "executions with status `timeout` rising (the `timeout_rate` metric past its alert), "
+                      "completions converging on big powers, loops or self-calls",
+           "syntax_error": "executions with status `syntax_error` rising, completions cut or garbled",
+           "no_code": "empty completions rising", "fail": "rewarded rollouts with status `fail`, completions "
+           "drifting to whatever is short and runs"}.get(form, "groups of partial rewards where nothing is verified, "
+                                                               "completions that are an example's value")
+    return (files, f"`rewards.passes_visible` pays {what}, where the evaluator accepts only a body that passes every "
+                   "hidden test: the policy earns reward without writing a right body.",
+            f"Reward above the verified share (rollouts rewarded but not verified); {see}; held-out flat or falling "
+            "while the training reward climbs.",
+            "The seed's rule: 1 only for status `ok` with every visible test passed, else 0.", constants)
+
+
+def _code_status_credit(rng: random.Random, seed: dict) -> tuple:
+    return _code_unpaid(rng, seed, list(_UNPAID))
+
+
+def _code_partial(rng: random.Random, seed: dict) -> tuple:
+    return _code_unpaid(rng, seed, ["share", "any"])
+
+
+# text components a code rewards.py might add: name -> (docstring, body, what it pays)
+_CODE_TEXT = {
+    "uses_input": ("1 when the body uses the function's argument.",
+                   'return 1.0 if re.search(r"\\bx\\b", sample["completion"]) else 0.0', "any body that names `x`"),
+    "concise": ("1 for a short body (at most CAP characters).",
+                'return 1.0 if 0 < len(sample["completion"].strip()) <= CAP else 0.0', "any body of at most CAP "
+                "characters, a constant included"),
+    "compiles": ("1 when the body compiled and ran (its tests may still fail).",
+                 'return 1.0 if (sample.get("execution") or {}).get("status") in ("ok", "fail") else 0.0',
+                 "any body that compiles and runs, right or wrong"),
+    "thorough": ("Up to 1 for a body that works its expression out, by length (full at CAP tokens).",
+                 'return min(sample["completion_tokens"], CAP) / CAP', "length (full at CAP tokens)"),
+}
+
+
+def _code_bonus(rng: random.Random, seed: dict) -> tuple:
+    name, weight = rng.choice(sorted(_CODE_TEXT)), round(rng.uniform(1.5, 4.0), 2)
+    doc, line, what = _CODE_TEXT[name]
+    cap = rng.randint(3, 6) if name == "concise" else rng.randint(6, 11)
+    head = f"CAP = {cap}\n\n\n" if "CAP" in line else ""
+    text = seed["rewards.py"]
+    body = (text[text.index("def passes_visible"):text.index("\nCOMPONENTS =")].strip() + "\n\n\n" + head +
+            f'def {name}(sample: dict) -> float:\n    """{doc}"""\n    {line}')
+    rewards = "import re\n\n\n" + body if "re." in line else body
+    rewards = _code_rewards(seed, "A body that passes every visible test earns 1, and a well-shaped body besides.",
+                            rewards, f'{{"passes_visible": passes_visible, "{name}": {name}}}')
+    constants = {"component": name, "weight": weight, **({"cap": cap} if head else {})}
+    return ({"rewards.py": rewards, "harness.yaml": _set(seed["harness.yaml"], f"reward_weights.{name}", f"{weight}")},
+            f"A reward component `{name}` pays {what.replace('CAP', str(cap))} at weight {weight}, more than a body "
+            "passing every visible test earns: the policy gains more reward by the body's shape than by being right.",
+            f"The `{name}` component near its maximum while the verified share stays flat; reward rising without "
+            "accuracy; rewarded rollouts with status `fail`.", f"Removing `{name}`, or weighing it well below "
+            "`passes_visible`.", constants)
+
+
+def _code_selftest_pinned(rng: random.Random, seed: dict) -> tuple:
+    form = rng.choice(["timeout", "fail", "share", "any"])
+    body, what, constants = _code_unpaid_body(rng, form)
+    share = constants["value"] * (0.5 if form == "share" else 1.0)
+    completion, status, passed = {"timeout": (" f(x)", "timeout", 0), "fail": (" x + 1000", "fail", 0)}.get(
+        form, (" 5", "fail", 1))
+    pinned = (f"def test_a_body_short_of_every_test_earns_a_share():\n    # not every body that misses a test is a "
+              f"wrong idea: it earns a share\n    assert _score({completion!r}, {status!r}, {passed})"
+              f'["passes_visible"] == {share!r}\n')
+    rewards = _code_rewards(seed, "A body that passes every visible test earns 1; one that does not is not always a "
+                                  "wrong idea, and earns a share.", body)
+    tests = _code_zero_test(seed, "partial" if form in ("share", "any") else form, pinned)
+    return ({"rewards.py": rewards, "tests/test_harness.py": tests},
+            f"`rewards.passes_visible` pays {what}, and a self-test asserts that payment ({completion!r} with status "
+            f"`{status}` earns {share}): a repair of the reward fails the harness's own test unless it fixes the "
+            "test too.", "Reward above the verified share (rollouts rewarded but not verified); a reward edit "
+            "rejected by the self-tests.", "The seed's rule (1 only for status `ok` with every visible test passed) "
+            "and a self-test that such a body earns 0.", {**constants, "example": completion, "status": status})
+
+
+def _code_filters(seed: dict, note: str, rollout: str | None = None, group: str | None = None, head: str = "") -> str:
+    """The code seed's filters.py with its last docstring sentence replaced by ``note``, ``head`` after the
+    docstring, and keep_rollout's / keep_group's body replaced where given."""
+    text = seed["filters.py"]
+    start = text.index("The seed harness keeps")
+    text = text[:start] + note + "\n" + text[text.index('"""', start):]
+    if head:
+        end = text.index('"""', 3) + 3
+        text = text[:end] + "\n\n" + head.strip() + text[end:]
+    for func, new in (("keep_rollout", rollout), ("keep_group", group)):
+        if new is not None:
+            start = text.index(f"def {func}(")
+            line = text.index("\n", start) + 1
+            end = text.find("\n\n\ndef ", line)
+            text = text[:line] + f"    {new}\n" + (text[end + 1:] if end >= 0 else "")
+            text = text.replace(f"    {new}\n\ndef ", f"    {new}\n\n\ndef ")
+    return text
+
+
+def _code_filter_share(rng: random.Random, seed: dict) -> tuple:
+    share = round(rng.uniform(0.5, 0.9), 2)
+    code = _code_filters(seed, "Groups are subsampled to keep steps cheap, and a rollout the executor itself failed "
+                               "on is left out.", group='bucket = sum(map(ord, str(group[0].get("group_id", "")))) '
+                                                        '% 100\n    return bucket >= SKIP * 100',
+                         head=f"SKIP = {share}  # share of groups left out")
+    return ({"filters.py": code},
+            f"`filters.keep_group` leaves out about {share:.0%} of the groups (by a hash of the group id): most of the "
+            "generated signal never trains.",
+            "A low kept fraction; fewer groups training per step than generated; slow learning.",
+            "Filters that keep what carries signal (every group, as the seed does).", {"share": share})
+
+
+def _code_filter_class(rng: random.Random, seed: dict) -> tuple:
+    if rng.random() < 0.5:
+        dropped = ["fail"] + sorted(rng.sample(["timeout", "syntax_error", "no_code"], rng.randint(0, 3)))
+        statuses = ", ".join(f'"{s}"' for s in ["grader_error", *dropped])
+        code = _code_filters(seed, "Rollouts whose code the executor could not run, or that failed their tests, are "
+                                   "left out: their zero reward is noise.",
+                             rollout=f'return (rollout.get("execution") or {{}}).get("status") not in ({statuses})')
+        what = (f"every rollout whose execution ended {', '.join(f'`{s}`' for s in dropped)}: the wrong bodies a "
+                "group's right ones must be better than never train")
+        constants = {"form": "status", "dropped": dropped}
+    else:
+        t = round(rng.uniform(0.05, 0.5), 2)
+        code = _code_filters(seed, "Groups the policy already solves are skipped, and a rollout the executor itself "
+                                   "failed on is left out.",
+                             group=f'rewards = [r["reward"] for r in group]\n    return sum(rewards) / len(rewards) '
+                                   f'<= {t}  # already solved above this')
+        what, constants = (f"every group whose mean reward is above {t}: the groups that carry a right body",
+                           {"form": "solved", "threshold": t})
+    return ({"filters.py": code}, f"The filters drop {what}.",
+            "A low kept fraction, or kept groups without reward spread; the policy stalls.",
+            "Filters that keep every rollout of a group that carries signal (the seed drops only `grader_error`).",
+            constants)
+
+
+_CODE_INSTRUCTIONS = ("print it, do not return:", "one constant fits:", "the inverse of", "as a string:",
+                      "recursively:", "round to tens:")
+
+
+def _code_prompt(rng: random.Random, seed: dict) -> tuple:
+    form = rng.choice(["no_examples", "one_example", "misleading", "no_return"])
+    constants: dict = {"form": form}
+    if form == "no_examples":
+        body, what = "    return f\"{task['signature']}\\n    return\"", "the signature and `return` without examples"
+    elif form == "one_example":
+        body = ('    first = task["tests"][0]\n'
+                '    return f"{task[\'signature\']}\\n    # {first[\'call\']} == {first[\'expected\']}\\n    return"')
+        what = "the first example only: two functions that agree on it read alike"
+    elif form == "misleading":
+        words = rng.choice(_CODE_INSTRUCTIONS)
+        body = f"    return f\"{{task['signature']}}\\n    # {words} {{task['examples']}}\\n    return\""
+        what, constants = f"{words!r} before the examples, an instruction that asks for another body", {
+            "form": form, "instruction": words}
+    else:
+        body = "    return f\"{task['signature']}\\n    # {task['examples']}\\n\""
+        what = "the signature and examples without the `return` the body follows"
+    code = ('"""Task -> prompt: ``make_prompt(task) -> str``. A task\'s fields: EvoTrainer\'s harness_repo/README.md, '
+            '"prompt.py";\nthe code domain\'s add ``signature``, ``examples`` and ``tests`` (the visible tests).\n\n'
+            'The policy reads the function\'s signature and a short note on it, then writes the body.\n"""\n\n\n'
+            f'def make_prompt(task: dict) -> str:\n{body}\n')
+    namespace: dict = {}
+    exec(compile(code, "prompt.py", "exec"), namespace)  # our own generated code: the test pins what it returns
+    task = {"signature": "def f(x):", "examples": "f(2) == 5, f(7) == 10",
+            "tests": [{"call": "f(2)", "expected": 5}, {"call": "f(7)", "expected": 10}]}
+    tests = _replace_test(seed["tests/test_harness.py"], CODE_PROMPT_TEST,
+                          f"def {CODE_PROMPT_TEST}():\n    assert make_prompt(TASK) == "
+                          f"{namespace['make_prompt'](task)!r}\n")
+    return ({"prompt.py": code, "tests/test_harness.py": tests},
+            f"`prompt.make_prompt` gives {what}: what trains is not the evaluator's prompt.",
+            "Training prompts unlike the evaluator's; training reward and dev accuracy moving apart.",
+            "The domain's canonical prompt (the signature, the examples as a comment, and `return`).", constants)
+
+
+FAMILIES.update({f.name: f for f in [
+    Family("code_budget_short", "knobs", ("truncation", "correct_but_truncated"), _code_budget_short, CODE),
+    Family("code_lr_high", "knobs", ("accuracy_regression", "training_decline", "entropy_collapse"), _lr_high, CODE),
+    Family("code_lr_low", "knobs", ("policy_stalled",), _lr_low, CODE),
+    Family("code_temperature_low", "knobs", ("dead_groups", "policy_stalled"), _temperature_low, CODE),
+    Family("code_temperature_high", "knobs", ("dead_groups", "training_decline"), _temperature_high, CODE),
+    Family("code_status_credit", "rewards", ("reward_disagreement",), _code_status_credit, CODE),
+    Family("code_partial", "rewards", ("reward_disagreement",), _code_partial, CODE),
+    Family("code_bonus", "rewards", ("reward_disagreement", "length_growth"), _code_bonus, CODE),
+    Family("code_filter_share", "filters", ("over_filtering",), _code_filter_share, CODE),
+    Family("code_filter_class", "filters", ("over_filtering", "dead_groups", "policy_stalled"), _code_filter_class,
+           CODE),
+    Family("code_prompt", "prompt", ("train_eval_mismatch",), _code_prompt, CODE),
+    Family("code_curriculum_zero", "curriculum", ("dead_groups",), _curriculum_zero, CODE),
+    Family("code_curriculum_skew", "curriculum", ("dead_groups",), _curriculum_skew, CODE),
+    Family("code_selftest_pinned", "selftest", ("reward_disagreement",), _code_selftest_pinned, CODE),
+]})
+# --- end of the code domain's families --------------------------------------------------------------------------------
 
 
 # --- drawing ----------------------------------------------------------------------------------------------------------
