@@ -182,14 +182,19 @@ class ToolsDomain(Domain):
         """Each ``get(KEY)`` the transcript writes, its key stripped as the environment reads it."""
         return [f"{TOOL}({call.group(1).strip()})" for call in CALL.finditer(completion)]
 
-    def transcript_fields(self, task: Task, completion: str) -> dict:
+    def transcript_fields(self, task: Task, completion: str, cap: int | None = None) -> dict:
         """The turn figures of a transcript given as text (a null probe's, in the reward pentest): its tool calls
-        replayed against the task's environment, as a rollout records them (``Rollout.turns`` ...)."""
-        env, turns, rest = self.environment(task), 1, completion
+        replayed against the task's environment, as a rollout records them (``Rollout.turns`` ...). Under a turn cap
+        ``cap`` (policy turns; ``trainer.shapes.run_turns``) a transcript whose ``cap``-th turn still calls a tool is
+        stopped there: ``hit_turn_cap``, and no call after it happens."""
+        env, turns, rest, hit = self.environment(task), 1, completion, False
         while (call := CALL.search(rest)) is not None:
             env.step(rest[: call.end()])
-            turns += 1
             reply = RESULT.match(rest, call.end())
             rest = rest[reply.end() if reply else call.end():]
+            if cap is not None and turns >= cap:
+                hit = True
+                break
+            turns += 1
         return {"turns": turns, "tool_calls": len(env.calls), "tool_errors": sum(c["error"] for c in env.calls),
-                "hit_turn_cap": False}
+                "hit_turn_cap": hit}
