@@ -8,6 +8,7 @@ samples, registry, history.
               grad_norm, learning_rate, ...) and ``dev_items`` (phase, task_id, score: the dev split's verdict per
               task at each phase's end, phase 0 the starting policy: which verdicts a phase changed, paired per task)
     sample    rollouts by id, or by a WHERE clause over ``rollouts``: prompt, completion, reward, verified, ...
+              (and a multi-turn run's turn figures, ``TURN_COLUMNS``, where any rollout called a tool)
     registry  main's diagnostics registry on the phase's rollouts (each metric's value and alert threshold)
     history   the run so far: per-phase accuracy, and every candidate edit with its verdict and realized effect
 
@@ -32,6 +33,7 @@ from pydantic import BaseModel, Field
 MAX_ROWS = 20
 SAMPLE_COLUMNS = "rollout_id, phase, task_id, difficulty, prompt, completion, completion_tokens, truncated, reward, " \
                  "reward_components, verified, kept, advantage"
+TURN_COLUMNS = "turns, tool_calls, tool_errors, hit_turn_cap"  # what the tool-use modes read (agents/modes.py)
 
 
 class ToolCall(BaseModel):
@@ -59,6 +61,7 @@ class EvidenceTools:
                              "rollout_id, * FROM read_parquet(?, union_by_name = true)", [files])
         else:
             self.con.execute("CREATE TABLE rollouts (rollout_id VARCHAR, phase BIGINT)")
+        self.sample_columns = SAMPLE_COLUMNS + (f", {TURN_COLUMNS}" if self._called_a_tool() else "")
         self.con.execute("CREATE TABLE scalars (phase BIGINT, name VARCHAR, value DOUBLE)")
         rows = [(p, n, v) for p, figures in self._scalars() for n, v in figures.items()]
         if rows:
@@ -119,11 +122,19 @@ class EvidenceTools:
             return str(err)
         return _table(cols, rows)
 
+    def _called_a_tool(self) -> bool:
+        """Some rollout called a tool (a multi-turn run): its samples then show the turn figures too. A single-turn
+        run's rollouts carry none, or the defaults (no call), and its samples leave them out."""
+        columns = {c[0] for c in self.con.execute("DESCRIBE rollouts").fetchall()}
+        return "tool_calls" in columns and bool(self.con.execute("SELECT max(tool_calls) > 0 FROM rollouts")
+                                                .fetchone()[0])
+
     def sample(self, ids: list[str] | None = None, where: str = "", k: int = 5) -> str:
         if ids:
-            sql, args = f"SELECT {SAMPLE_COLUMNS} FROM rollouts WHERE rollout_id IN ?", [list(ids)[:k]]
+            sql, args = f"SELECT {self.sample_columns} FROM rollouts WHERE rollout_id IN ?", [list(ids)[:k]]
         else:
-            sql, args = f"SELECT {SAMPLE_COLUMNS} FROM rollouts {'WHERE ' + where if where else ''} LIMIT {k}", []
+            sql, args = (f"SELECT {self.sample_columns} FROM rollouts {'WHERE ' + where if where else ''} LIMIT {k}",
+                         [])
         try:
             cur = self.con.execute(sql, args) if args else self.con.execute(sql)
             return _table([d[0] for d in cur.description], cur.fetchall())

@@ -259,3 +259,24 @@ def test_a_cost_s_mirror_is_its_removal(move):
     assert find("tools", move).no_mirror.startswith(f"remove_reward:{move}") and f"remove_reward:{move}" in removals
     back = removals[f"remove_reward:{move}"].edit(after, knobs, {})
     assert move not in parse_knobs(back["harness.yaml"]).reward_weights and f'"{move}"' not in back["rewards.py"]
+
+
+# --- what the LLM roles read -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("domain", ["tools", "math"])
+def test_the_llm_roles_samples_show_the_turn_figures_only_where_a_rollout_called_a_tool(domain, tmp_path):
+    """The figures the tool-use rules read reach an LLM role's ``sample`` on a tools run; a single-turn run's samples
+    (whose rows carry the defaults: no call) keep their columns."""
+    from agents.evidence_tools import SAMPLE_COLUMNS, TURN_COLUMNS, EvidenceTools
+    from evotrainer.contracts import Rollout
+    from evotrainer.rollouts import write_rollouts
+
+    rows = tool_rows(["right", "error"]) if domain == "tools" else rollouts([[("9", True), ("1", False)]] * 4)
+    write_rollouts([Rollout(**r) for r in rows], tmp_path / "p1.parquet")
+    tools = EvidenceTools({1: str(tmp_path / "p1.parquet")}, [])
+    header, first = tools.sample(["p1-g0/1"]).splitlines()[:2]
+    tools.close()
+    shown = [c.strip() for c in header.split("|")]
+    assert shown == [c.strip() for c in (SAMPLE_COLUMNS + (", " + TURN_COLUMNS if domain == "tools" else ""))
+                     .split(",")]
+    if domain == "tools":  # the erring call: two turns, one call, one error, not capped
+        assert first.split(" | ")[-4:] == ["2", "1", "1", "False"]
