@@ -49,6 +49,7 @@ MISSES_RIGHT = "misses_right:"  # evidence name prefix: the share of correct-but
 UNCUT_LENGTH = "dev_ended_length_p99"  # evidence: tokens within which 99% of the dev completions end (now or at start)
 PERCENTILE_UNITS = 100  # completions a 99th percentile needs before it is cited
 CALLS_NEEDED = "tool_calls_needed"  # evidence: the most calls any level needs, by its verified-correct rollouts
+# (cited only where every level has enough of them to say)
 REFERENCE_UNITS = 20  # verified-correct rollouts of a level what it needs is read from (the Critic's least evidence)
 
 THRESHOLDS = {
@@ -631,7 +632,8 @@ class HeuristicDiagnostician:
         repeats one the rollout already made (the domain lists a completion's calls: ``Domain.tool_calls_in``), or
         one beyond the calls the level's verified-correct rollouts make (``calls_needed``: the policy's own right
         answers say what a task of the level takes). Cites the most any level needs (``CALLS_NEEDED``), which sizes
-        a lower turn cap (``agents.knob_moves``)."""
+        a lower turn cap (``agents.knob_moves``), only where every level of the phase's rollouts says: a level with
+        too few right answers may need more calls than the others, and a cap sized without it would stop it."""
         rows = ev.rollouts
         calls = sum(turn(r, "tool_calls") for r in rows)
         if not calls:
@@ -648,12 +650,15 @@ class HeuristicDiagnostician:
         spam = [r for r in rows if counts[id(r)][1]]
         repeats = sum(c[0] for c in counts.values())
         evidence = [e, rate_evidence("repeated_call_share", repeats, calls)]
-        if needed:
+        unknown = sorted({r["difficulty"] for r in rows} - set(needed))
+        if needed and not unknown:
             most = max(needed.values())
             evidence.append(MetricEvidence(name=CALLS_NEEDED, value=most, low=most, high=most,
                                            n=sum(r["verified"] for r in rows)))
         what = (", ".join(f"level {lv}: {n:g}" for lv, n in sorted(needed.items())) if needed else
                 "no level has enough verified-correct rollouts to say")
+        if needed and unknown:
+            what += f"; level {', '.join(unknown)}: too few verified-correct rollouts to say"
         return Diagnosis(
             id="", **_mode("tool_spam"),
             statement=f"{e.value:.0%} of the phase's {calls} tool calls (95% CI {e.low:.0%} to {e.high:.0%}) are "

@@ -5,7 +5,8 @@ each task's real environment.
     rules     each fires on rollouts showing its pattern, reports its figure with an interval, and stays silent on
               clean tool-use rollouts and on single-turn ones (turn figures absent or zero)
     moves     max_turns moves both ways and back, only where harness.yaml sets it, the way down sized by the calls
-              right answers make; the cost components apply to the tools seed and to its catalogued faults, keep
+              right answers make; the cost components apply to the tools seed, its catalogued faults and a draw
+              of every generated tools family, keep
               harness.yaml valid and the harness's self-tests passing, charge what they say and never lift a wrong
               answer above a right one, and their mirror (remove_reward) takes them out
 
@@ -25,7 +26,7 @@ from agents.roles import PhaseEvidence
 from evotrainer.contracts import Diagnosis, EvalResult, MetricEvidence, PhaseResult
 from evotrainer.domains import get_domain
 from evotrainer.domains.tools import ERROR, ToolsDomain
-from evotrainer.harness import faults
+from evotrainer.harness import faults, generated
 from evotrainer.harness.knobs import parse_knobs, read_knobs
 from evotrainer.harness.repo import HARNESS_FILES, seed_dir
 from sandbox import run_selftest
@@ -131,6 +132,19 @@ def test_spam_is_read_from_repeats_where_right_answers_are_too_few_to_say_what_a
     rows = tool_rows(["repeat"] + ["wrong"] * 7)  # 16 right answers a level: under the 20 a need is read from
     d = found(tools_evidence(rows))["tool_spam"]
     assert CALLS_NEEDED not in {e.name for e in d.evidence} and "no level has enough" in d.statement
+
+
+def test_what_calls_a_cap_needs_is_not_cited_while_a_level_has_too_few_right_answers_to_say():
+    """Levels 1-2 answered right with one call, levels 3-4 (two calls needed) never: the most any level needs is
+    unknown, so no figure is cited that would size a cap of two turns, too short for levels 3-4."""
+    rows = tool_rows(["right"] * 4 + ["decoy"] * 4)
+    for r in rows:
+        if r["difficulty"] in ("3", "4") and r["verified"]:
+            task = next(t for t in TASKS if t["id"] == r["task_id"])
+            r.update(completion=transcript(task, "wrong")[0], verified=False, reward=0.0)
+    d = found(tools_evidence(rows))["tool_spam"]
+    assert CALLS_NEEDED not in {e.name for e in d.evidence}
+    assert "level 1: 1, level 2: 1; level 3, 4: too few verified-correct rollouts to say" in d.statement
 
 
 @pytest.mark.parametrize("case", ["clean", "guesses", "single_turn"])
@@ -280,3 +294,27 @@ def test_the_llm_roles_samples_show_the_turn_figures_only_where_a_rollout_called
                      .split(",")]
     if domain == "tools":  # the erring call: two turns, one call, one error, not capped
         assert first.split(" | ")[-4:] == ["2", "1", "1", "False"]
+
+
+@pytest.mark.parametrize("family", sorted(f.name for f in generated.families("tools")))
+def test_the_costs_apply_to_a_draw_of_every_generated_tools_family_and_its_self_tests_pass(family, tmp_path):
+    """Whatever layer the drawn defect rewrites (a reward module of its own, a pinned self-test, filters, knobs),
+    both costs add to it, harness.yaml validates and the harness's own self-tests pass; the turn cap rises on
+    each."""
+    import shutil
+
+    dest = tmp_path / "h"
+    shutil.copytree(seed_dir("tools"), dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    generated.write(generated.draw(generated.parse_spec("generated:1@7", "tools")[0], family=family), dest)
+    (dest / faults.CARD).unlink()
+    files = files_of(dest)
+    assert turns_after("raise_max_turns", files, cites("turn_cap_hit"))
+    for move in ("tool_error_cost", "repeat_call_cost"):
+        edits = find("tools", move).edit(files, parse_knobs(files["harness.yaml"]), cites(move))
+        assert edits, move
+        files = {**files, **edits}
+    for name, text in files.items():
+        (dest / name).write_text(text)
+    assert {"tool_error_cost", "repeat_call_cost"} <= set(read_knobs(dest).reward_weights)
+    result = run_selftest(dest)
+    assert result["n"] > 0 and not result["failed"], result["failed"]
