@@ -6,9 +6,9 @@ each task's real environment.
               clean tool-use rollouts and on single-turn ones (turn figures absent or zero)
     moves     max_turns moves both ways and back, only where harness.yaml sets it, the way down sized by the calls
               right answers make; the cost components apply to the tools seed, its catalogued faults and a draw
-              of every generated tools family, keep
-              harness.yaml valid and the harness's self-tests passing, charge what they say and never lift a wrong
-              answer above a right one, and their mirror (remove_reward) takes them out
+              of every generated tools family, keep harness.yaml valid and the harness's self-tests passing, charge
+              what they say and never lift a wrong answer above a right one, and their mirror (remove_reward) takes
+              them out
 
 Run alone: ``.venv/bin/python -m pytest -q tests/test_tool_modes.py``.
 """
