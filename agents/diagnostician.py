@@ -590,17 +590,21 @@ class HeuristicDiagnostician:
     def _turn_cap(self, ev: PhaseEvidence) -> Diagnosis | None:
         """Rollouts the turn cap (``max_turns``) stopped while they still called the tool: they end without a final
         answer, so they cannot be right, as a completion the length budget cuts. A share of the rollouts, with the
-        levels it falls on (a cap too low for the longest transcript stops only the levels that need more calls)."""
+        levels it falls on (a cap too low for the longest transcript stops only the levels that need more calls).
+        A capped rollout that repeated a call is not counted: it was looping, and a higher cap gives it more turns to
+        loop in (``tool_spam`` reads its repeats); only one whose calls were all new was stopped short of its answer."""
         rows = ev.rollouts
         if not any(turn(r, "tool_calls") for r in rows):
             return None
-        capped = [r for r in rows if turn(r, "hit_turn_cap")]
-        cap = ev.knobs.max_turns
+        stopped = [r for r in rows if turn(r, "hit_turn_cap")]
+        capped = [r for r in stopped if len(set(calls := ev.domain.tool_calls_in(r["completion"]))) == len(calls)]
+        looping, cap = len(stopped) - len(capped), ev.knobs.max_turns
         return self._rate_above(
             "turn_cap_rate", "turn_cap_rate", capped, rows, "turn_cap_hit",
             lambda e: f"{e.value:.0%} of rollouts (95% CI {e.low:.0%} to {e.high:.0%}) were stopped by the turn cap "
-                      f"(max_turns {cap}) while still calling the tool, so they end without a final answer; by "
-                      f"level: {self._by_level(capped, rows)}.")
+                      f"(max_turns {cap}) while still making new tool calls, so they end without a final answer; by "
+                      f"level: {self._by_level(capped, rows)}"
+                      + (f" ({looping} more the cap stopped were repeating a call)." if looping else "."))
 
     def _tool_errors(self, ev: PhaseEvidence) -> Diagnosis | None:
         """Tool calls the environment answered with an error (a malformed call, or one asking for what the

@@ -318,3 +318,18 @@ def test_the_costs_apply_to_a_draw_of_every_generated_tools_family_and_its_self_
     assert {"tool_error_cost", "repeat_call_cost"} <= set(read_knobs(dest).reward_weights)
     result = run_selftest(dest)
     assert result["n"] > 0 and not result["failed"], result["failed"]
+
+
+def test_a_rollout_the_cap_stopped_while_it_repeated_a_call_is_spam_not_a_cap_too_short():
+    """Rollouts calling one key over and over until the cap stops them: a higher cap gives them more turns to loop
+    in, so the cap rule leaves them to the spam rule, which reads their repeats."""
+    rows = tool_rows(["right"] * 4 + ["capped"] * 3 + ["wrong"])
+    for r in rows:
+        if r["hit_turn_cap"]:
+            task = next(t for t in TASKS if t["id"] == r["task_id"])
+            key = task["keys"][0]
+            r["completion"] = f"get({key})={task['table'][key]};" * CAP
+            r.update(DOMAIN.transcript_fields(task, r["completion"], CAP))
+            assert r["hit_turn_cap"] and r["tool_calls"] == CAP
+    got = found(tools_evidence(rows))
+    assert "turn_cap_hit" not in got and "tool_spam" in got
