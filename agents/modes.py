@@ -87,8 +87,9 @@ MODES: dict[str, Mode] = {m.name: m for m in [
          "right answers are cut at the length budget"),
     Mode("length_growth", "behavior", "behavior", "mean completion length, phase over phase",
          "completions grow long quickly"),
-    Mode("turn_cap_hit", "behavior", "behavior", "rollouts the turn cap (max_turns) stopped while they still called "
-         "the tool", "rollouts are stopped by the turn cap before they can answer", multi_turn=True),
+    Mode("turn_cap_hit", "behavior", "behavior", "rollouts the turn cap (max_turns) stopped while still making new "
+         "tool calls (one repeating a call is looping: tool_spam)",
+         "rollouts are stopped by the turn cap before they can answer", multi_turn=True),
     Mode("tool_errors", "behavior", "behavior", "tool calls the environment answered with an error, as a share of "
          "all calls", "many tool calls are malformed or ask for what the environment lacks", multi_turn=True),
     Mode("tool_spam", "behavior", "behavior", "repeated identical tool calls, and calls beyond what verified-correct "
