@@ -225,18 +225,20 @@ def test_no_move_applied_to_the_clean_seed_lands_on_a_catalogued_defect_value(mo
                         assert not math.isclose(float(new[key]), float(bad)), f"{m.name}: {key} {new[key]}"
 
 
-@pytest.mark.parametrize("fault", [f for f in faults.names("math") if (faults.fault_dir(f) / "harness.yaml").exists()])
-def test_no_move_undoes_a_catalogued_defect_by_the_clean_seed_s_constant(fault, tmp_path):
+@pytest.mark.parametrize("domain, fault", [(d, f) for d in ("math", "tools") for f in faults.names(d)
+                                           if (faults.fault_dir(f) / "harness.yaml").exists()])
+def test_no_move_undoes_a_catalogued_defect_by_the_clean_seed_s_constant(domain, fault, tmp_path):
     """On a faulty seed, with no evidence beyond the levels the phase sampled (those weighing more than 0), no move
     writes exactly the clean seed's value back into a knob the defect planted: a move that does was fitted to the
-    catalogue (dividing a tenfold learning rate by exactly ten, weighing a zeroed level 1.0)."""
-    dest = faults.materialize("math", fault, tmp_path / fault)
+    catalogue (dividing a tenfold learning rate by exactly ten, weighing a zeroed level 1.0, doubling a halved turn
+    cap)."""
+    dest = faults.materialize(domain, fault, tmp_path / fault)
     files = {name: (dest / name).read_text() for name in HARNESS_FILES}
     knobs = parse_knobs(files["harness.yaml"])
-    seed = yaml.safe_load((SEED / "harness.yaml").read_text())
+    seed = yaml.safe_load((seed_dir(domain) / "harness.yaml").read_text())
     planted = {k: v for k, v in yaml.safe_load(files["harness.yaml"]).items() if v != seed.get(k)}
     stats = {lv: st for lv, st in level_stats().items() if knobs.curriculum_weights.get(lv, 1.0) > 0}
-    for move in MOVES:
+    for move in (m for m in for_domain(domain) if m is not UNDO):
         for mode in move.answers or (None,):
             ctx = {"diagnosis": diagnosis(mode, False), "level_stats": stats, "levels": ["1", "2", "3", "4"]}
             for m in concrete(move, files, knobs, ctx):
