@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import agents.modes as modes
-from agents.diagnostician import THRESHOLDS
+from agents.diagnostician import CREDITS_WRONG, MISSES_RIGHT, THRESHOLDS
 from evotrainer.contracts import Diagnosis
 from evotrainer.harness.knobs import Knobs
 
@@ -238,6 +238,37 @@ def reads_the_answer(func: ast.FunctionDef) -> bool:
     """Whether a component function reads the task's answer (a ``["answer"]`` subscript): it checks correctness."""
     return any(isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value == "answer"
                for n in ast.walk(func))
+
+
+def reads_the_execution(func: ast.FunctionDef) -> bool:
+    """Whether a component function reads the executor's verdict on the body (``sample["execution"]`` or
+    ``sample.get("execution")``): where answers are programs, that is what checks correctness."""
+    return any(isinstance(n, ast.Constant) and n.value == "execution" for n in ast.walk(func))
+
+
+def disagreeing_component(src: str, knobs: Knobs, ctx: dict, checks: Callable[[ast.FunctionDef], bool],
+                          done: str) -> ast.FunctionDef | None:
+    """The reward component of rewards.py (``src``) the diagnosis names as disagreeing with the verifier, to rewrite
+    in place as the evaluator's rule; None when the evidence names none. Two directions, from the per-component
+    evidence: a mostly rewarded-but-wrong disagreement names the components crediting at least half of those rollouts
+    (``credits_wrong:<name>``: lenient); a mostly correct-but-unrewarded one those giving at least half of them 0
+    (``misses_right:<name>``: strict), and only one that ``checks`` correctness is taken (a format or length
+    component that misses right answers is not a correctness check to repair). Weight above 0, not already carrying
+    the ``done`` marker; the one the evidence names most strongly."""
+    seen = cited(ctx)
+    lenient = seen.get("rewarded_but_wrong", 0.0) > seen.get("correct_but_unrewarded", 0.0)
+    prefix = CREDITS_WRONG if lenient else MISSES_RIGHT
+    funcs = component_functions(src)
+    culprits = sorted((value, name.removeprefix(prefix)) for name, value in seen.items()
+                      if name.startswith(prefix) and value >= 0.5)
+    for _, name in reversed(culprits):
+        func = funcs.get(name)
+        if func is None or knobs.reward_weights.get(name, 0.0) <= 0 or not (lenient or checks(func)):
+            continue
+        if marker(done) in ast.get_source_segment(src, func):
+            continue  # already rewritten
+        return func
+    return None
 
 
 def component_names(src: str) -> list[str] | None:

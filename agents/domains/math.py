@@ -20,11 +20,7 @@ Try it alone (prints each edit's diff against the seed harness)::
 
 from __future__ import annotations
 
-import ast
-
-from agents.diagnostician import CREDITS_WRONG, MISSES_RIGHT
-from agents.move_kit import (Files, Intervention, cited, component_functions, marker, reads_the_answer,
-                             replace_function)
+from agents.move_kit import Files, Intervention, disagreeing_component, marker, reads_the_answer, replace_function
 from agents.playbook import reward_component
 from evotrainer.domains.math import _FINAL as FINAL
 from evotrainer.domains.math import _INT as BARE
@@ -82,21 +78,9 @@ def _verifier_aligned(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     strict parser), and only one that reads the task's answer is rewritten (a format or length component that
     misses right answers is not a correctness check to repair). Weight above 0; one component per candidate, the one
     the evidence names most strongly: generic in which component disagrees and why."""
-    seen = cited(ctx)
-    lenient = seen.get("rewarded_but_wrong", 0.0) > seen.get("correct_but_unrewarded", 0.0)
-    prefix = CREDITS_WRONG if lenient else MISSES_RIGHT
     src = files["rewards.py"]
-    funcs = component_functions(src)
-    culprits = sorted((value, name.removeprefix(prefix)) for name, value in seen.items()
-                      if name.startswith(prefix) and value >= 0.5)
-    for _, name in reversed(culprits):
-        func = funcs.get(name)
-        if func is None or knobs.reward_weights.get(name, 0.0) <= 0 or not (lenient or reads_the_answer(func)):
-            continue
-        if marker("verifier_aligned_reward") in ast.get_source_segment(src, func):
-            continue  # already rewritten
-        return {"rewards.py": replace_function(src, func.name, _verified_answer(func.name))}
-    return None
+    func = disagreeing_component(src, knobs, ctx, reads_the_answer, "verifier_aligned_reward")
+    return None if func is None else {"rewards.py": replace_function(src, func.name, _verified_answer(func.name))}
 
 
 def _numeric_match(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
