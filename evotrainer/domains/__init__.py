@@ -62,7 +62,10 @@ def get_domain(name: str, limits: ExecLimits | None = None) -> Domain:
 
 register("math", "evotrainer.domains.math", "MathDomain", demo_fault="reward_hacking")
 register("tools", "evotrainer.domains.tools", "ToolsDomain")
-register("code", "evotrainer.domains.code", "CodeDomain")
+# the code demo: a reward that pays every body that runs, test failures included (the Diagnostician sees it from the
+# first phase, the pentest rejects it, and the code domain's verifier_aligned_reward rewrites it to the evaluator's
+# rule; its self-tests pin no leniency, so the repair passes them)
+register("code", "evotrainer.domains.code", "CodeDomain", demo_fault="exit_status")
 
 DOMAINS = tuple(_REGISTRY)  # every registered domain (tests that must hold for every domain iterate over it)
 
