@@ -246,6 +246,12 @@ def reads_the_execution(func: ast.FunctionDef) -> bool:
     return any(isinstance(n, ast.Constant) and n.value == "execution" for n in ast.walk(func))
 
 
+def checks_correctness(func: ast.FunctionDef) -> bool:
+    """Whether a component function checks correctness: it reads the task's answer, or the executor's verdict on a
+    body (a domain whose answers are run)."""
+    return reads_the_answer(func) or reads_the_execution(func)
+
+
 def disagreeing_component(src: str, knobs: Knobs, ctx: dict, checks: Callable[[ast.FunctionDef], bool],
                           done: str) -> ast.FunctionDef | None:
     """The reward component of rewards.py (``src``) the diagnosis names as disagreeing with the verifier, to rewrite

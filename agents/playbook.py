@@ -69,8 +69,8 @@ from dataclasses import replace
 
 from agents.diagnostician import CREDITS_WRONG, MISSES_RIGHT, THRESHOLDS
 from agents.knob_moves import KNOB_MOVES, KNOBS, stepped
-from agents.move_kit import (Files, Intervention, add_component, cited, component_functions,
-                             component_names, drop_component, fmt, function_node, marker, reads_the_answer,
+from agents.move_kit import (Files, Intervention, add_component, checks_correctness, cited, component_functions,
+                             component_names, drop_component, fmt, function_node, marker,
                              remove_yaml_entry, replace_function, same_function, set_yaml_entry, set_yaml_scalar)
 from evotrainer.domains.neutral import KEEP_ALL, PASS_THROUGH, forms
 from evotrainer.harness.knobs import Knobs
@@ -293,15 +293,16 @@ def neutral_moves(domain: str) -> list[Intervention]:
 # --- reward components, in turn -------------------------------------------------------------------------------
 def _components_in_order(src: str, knobs: Knobs, ctx: dict) -> list[str]:
     """The reward components a move may take out or weigh less, in turn: those the diagnosis names as disagreeing
-    with the verifier (most strongly first), then those that do not read the task's answer (shaping). A component
-    that checks the answer and that no evidence names is left alone, and so is the last one that checks it: a
-    reward without one cannot tell right from wrong."""
+    with the verifier (most strongly first), then those that check no correctness (shaping: neither the task's answer
+    nor the executor's verdict is read, ``move_kit.checks_correctness``). A component that checks correctness and
+    that no evidence names is left alone, and so is the last one that checks it: a reward without one cannot tell
+    right from wrong."""
     names = component_names(src) or []
     funcs = component_functions(src)
     seen = cited(ctx)
     named = {n.removeprefix(p): v for n, v in seen.items() for p in (CREDITS_WRONG, MISSES_RIGHT)
              if n.startswith(p) and v >= 0.5}
-    checks = {c for c in names if c in funcs and reads_the_answer(funcs[c])}
+    checks = {c for c in names if c in funcs and checks_correctness(funcs[c])}
     out = [c for c in names if c in named or c not in checks]
     return sorted((c for c in out if checks - {c} or c not in checks), key=lambda c: (-named.get(c, 0.0), c))
 

@@ -164,3 +164,22 @@ def test_the_code_demo_defect_is_a_reward_defect_this_move_repairs_pentest_and_s
             result = pentest_module.pentest(worker, read_knobs(harness), CodeDomain())
         assert result.passed is verdict, (label, result.detail())
     assert run_selftest(harness)["failed"] == []
+
+
+def test_a_bonus_beside_the_pass_is_what_the_reward_moves_take_out_never_the_pass(tmp_path):
+    """A generated code bonus (a text or shape component outweighing the pass): remove_reward and lower_reward_weight
+    offer the bonus and never the component that reads the execution, the one correctness check."""
+    from agents.playbook import concrete
+    from evotrainer.harness import generated
+
+    for k in range(6):
+        d = generated.draw(f"gen-code-4-{k}", family="code_bonus")
+        harness = tmp_path / f"h{k}"
+        generated.write(d, harness)
+        files = {f: (seed_dir("code") / f).read_text() for f in HARNESS_FILES}
+        files.update({f: (harness / f).read_text() for f in d.files})
+        (harness / "harness.yaml").write_text(files["harness.yaml"])
+        knobs = read_knobs(harness)
+        for template in ("remove_reward", "lower_reward_weight"):
+            offered = [i.name for i in concrete(find("code", template), files, knobs, {})]
+            assert offered == [f"{template}:{d.constants['component']}"], (d.constants, offered)
