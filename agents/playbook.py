@@ -227,12 +227,13 @@ def _keep_all_groups(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
     return out
 
 
-def _keep_all_filters(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
-    """Both filter functions back to keep-all, only when both filter (else a one-function move does it)."""
+def _keep_all_filters(files: Files, knobs: Knobs, ctx: dict, neutral: dict[str, str] = KEEP_ALL) -> Files | None:
+    """Both filter functions back to the domain's neutral filters (``neutral``: keep-all, or what the domain publishes),
+    only when both filter (else a one-function move does it)."""
     src = files.get("filters.py") or ""
-    if any(function_node(src, f) is None or same_function(src, f, s) for f, s in KEEP_ALL.items()):
+    if any(function_node(src, f) is None or same_function(src, f, s) for f, s in neutral.items()):
         return None
-    return to_neutral("filters.py", KEEP_ALL, "keep_all_filters")(files, knobs, ctx)
+    return to_neutral("filters.py", neutral, "keep_all_filters")(files, knobs, ctx)
 
 
 def returns_messages(src: str) -> bool:
@@ -266,7 +267,8 @@ def neutral_moves(domain: str) -> list[Intervention]:
         Intervention(
             "keep_all_filters", 24, ("over_filtering",), "filters.py", "kept_fraction", "up", False,
             "both filters keep everything (the neutral filters.py)", "filters that drop what the update needs "
-            "starve it", _keep_all_filters, moves="neutral", no_mirror="as keep_all_rollouts and keep_all_groups"),
+            "starve it", functools.partial(_keep_all_filters, neutral=filters), moves="neutral",
+            no_mirror="as keep_all_rollouts and keep_all_groups"),
         Intervention(
             "neutral_curriculum_code", 32, ("dead_groups", "train_eval_mismatch"),
             "curriculum.weights", "dead_group_ratio", "down", False,

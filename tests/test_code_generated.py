@@ -7,6 +7,8 @@ outside the harness on real executions of the policy-code executor (``evotrainer
     mechanism     each family does what its card says: a budget the longest body does not fit, a reward that pays a
                   body the hidden tests reject (a bonus outweighing a pass), filters that drop signal, a prompt that
                   is not the evaluator's, a curriculum that starves levels
+    neutral       the code domain's neutral prompts are the evaluator's, the seed is neutral, and the move back to
+                  neutral undoes every prompt and filter draw without letting a grader error train
 
 Materialization over the code seed, validation and the self-tests of two draws of every family, and that no harness
 file names its family or a defect: the generated tests of tests/test_faults.py (every domain's families). Run alone:
@@ -170,3 +172,54 @@ def test_the_pinned_self_test_fails_the_seed_s_reward(tmp_path: Path):
     failed = run_selftest(dest)["failed"]
     assert [f["name"].rsplit("::", 1)[-1] for f in failed] == ["test_a_body_short_of_every_test_earns_a_share"], (
         d.constants, failed)
+
+
+# --- the neutral moves that undo the prompt and filter families (evotrainer/domains/code/neutral.py) -----------------
+def test_the_code_neutral_prompts_are_the_evaluator_s_and_the_seed_is_neutral():
+    import runpy
+    import tempfile
+
+    from agents.playbook import neutral_moves
+    from evotrainer.domains.neutral import forms
+    from evotrainer.harness.repo import HARNESS_FILES
+
+    domain, neutral = CodeDomain(), forms("code")
+    tasks = domain.splits(0, {"dev": 40})["dev"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for form, want in ((neutral.prompt, domain.canonical_prompt),
+                           (neutral.chat_prompt, lambda t: [{"role": "user", "content": domain.instruction(t)}])):
+            path = Path(tmp) / "prompt.py"
+            path.write_text(form)
+            make_prompt = runpy.run_path(str(path))["make_prompt"]
+            assert all(make_prompt(domain.harness_task(t)) == want(t) for t in tasks)
+    seed = {f: (seed_dir("code") / f).read_text() for f in HARNESS_FILES}
+    knobs = read_knobs(seed_dir("code"))
+    assert [m.name for m in neutral_moves("code") if m.edit(seed, knobs, {}) is not None] == []
+
+
+@pytest.mark.parametrize("family", ["code_prompt", "code_filter_class", "code_filter_share"])
+def test_a_neutral_move_undoes_every_draw_of_the_prompt_and_filter_families(family: str, tmp_path: Path):
+    """The move back to neutral gives the evaluator's prompt, or filters that drop nothing but a grader error."""
+    from agents.playbook import neutral_moves
+    from evotrainer.harness.repo import HARNESS_FILES
+
+    rows = [{"completion": " x", "reward": 0.0, "truncated": False, "group_id": f"phase-1-step-{g}-0",
+             "execution": {"status": s, "passed": 0, "total": 2, "detail": ""}}
+            for g in range(20) for s in ("ok", "fail", "timeout", "syntax_error", "no_code", "grader_error")]
+    for k in range(8):
+        d, dest = _build(f"gen-code-13-{k}", family, tmp_path / f"h{k}")
+        files = {f: (dest / f).read_text() for f in HARNESS_FILES}
+        knobs = read_knobs(dest)
+        edits = [m.edit(files, knobs, {}) for m in neutral_moves("code")]
+        repaired = {**files, **next(e for e in edits if e)}
+        (dest / "prompt.py").write_text(repaired["prompt.py"])
+        (dest / "filters.py").write_text(repaired["filters.py"])
+        task = CodeDomain().splits(0, {"dev": 4})["dev"][0]
+        make = _module(dest / "prompt.py", f"neutral_prompt_{family}{k}").make_prompt
+        assert make(CodeDomain().harness_task(task)) == CodeDomain().canonical_prompt(task), d.constants
+        f = _module(dest / "filters.py", f"neutral_filters_{family}{k}")
+        if family != "code_filter_share":  # one move: keep_rollout, or both functions
+            kept = [r["execution"]["status"] for r in rows if f.keep_rollout(r) and f.keep_group([r])]
+            assert sorted(set(kept)) == ["fail", "no_code", "ok", "syntax_error", "timeout"], d.constants
+        else:
+            assert all(f.keep_group([r]) for r in rows), d.constants
