@@ -415,7 +415,7 @@ UNDO = Intervention(
 
 # Generic moves. Priorities leave gaps so a domain's own interventions slot in between them (math:
 # partial_credit_reward 20, format_reward 40, verifier_aligned_reward 45, numeric_answer_match 50; tools:
-# tool_error_cost 42, repeat_call_cost 43).
+# tool_error_cost 42, repeat_call_cost 43; code: verifier_aligned_reward 45).
 GENERIC: list[Intervention] = [
     UNDO,
     Intervention(
