@@ -45,9 +45,9 @@ def _seed(dest: Path) -> Path:
     return dest
 
 
-def _rule(main: Path, cand: Path, tests: list[str]) -> dict[str, arbitrate.Ruling]:
+def _rule(main: Path, cand: Path, tests: list[str], domain: str = "math") -> dict[str, arbitrate.Ruling]:
     with HarnessWorker(main, limits=LIMITS) as mw, HarnessWorker(cand, limits=LIMITS) as cw:
-        return arbitrate.rule(mw, cw, tests, "math")
+        return arbitrate.rule(mw, cw, tests, domain)
 
 
 def test_a_test_pinning_a_lenient_reward_is_contradicted_and_its_rewrite_passes(tmp_path):
@@ -132,3 +132,21 @@ def test_a_test_failing_on_main_itself_is_no_candidates_fault(tmp_path, rows):
     checks = {c.name: c for c in _judge(repo, cand, rows).checks}
     assert checks["self_tests"].passed and "failing on main too" in checks["self_tests"].detail
     assert checks["main_tests"].passed
+
+
+def test_a_code_self_test_is_ruled_on_the_visible_tests_the_harness_view_carries(tmp_path):
+    """The code view has no hidden tests: the verdict comes from running the program on the view's visible tests
+    (one that fails or loops there is wrong; one that passes them stays unsettled). A pinned "a timeout earns 1"
+    test is contradicted by the seed's exact reward; a passing body is never ruled on."""
+    from evotrainer.domains import get_domain
+
+    code = get_domain("code")
+    task = code.harness_task(code.splits(3, {"dev": 1})["dev"][0])
+    assert code.verdict_on_view(task, " 1 // 0") is False and code.verdict_on_view(task, code.reference_completion(
+        code.splits(3, {"dev": 1})["dev"][0])) is None
+    main = materialize("code", "timeout_credit", tmp_path / "main")
+    cand = materialize("code", "timeout_credit", tmp_path / "cand")
+    (cand / "rewards.py").write_text((seed_dir("code") / "rewards.py").read_text())
+    failing = [f["name"] for f in run_selftest(cand)["failed"]]
+    rulings = _rule(main, cand, failing, "code")
+    assert failing and all(r.contradicted for r in rulings.values()), rulings

@@ -93,6 +93,15 @@ class Domain(ABC):
         None: the domain runs no code (math)."""
         return None
 
+    def verdict_on_view(self, task: Task, completion: str) -> bool | None:
+        """The verifier's verdict on a completion for a task as harness code sees it (``harness_task``: a self-test's
+        sample, in the evaluator's arbitration, ``judge.arbitrate``), or None where that view cannot settle it. By
+        default ``verify`` itself (math's view carries the answer); None when it cannot run on the view."""
+        try:
+            return bool(self.verify(task, completion))
+        except Exception:  # noqa: BLE001 - a view without what the verifier needs: no verdict on a guess
+            return None
+
     def verify_tolerant(self, task: Task, completion: str) -> bool:
         """A lenient reader's verdict: the same right answer, with the formatting slips such a reader forgives
         (math: a trailing period or other punctuation, surrounding whitespace), never another answer. It reports

@@ -11,9 +11,11 @@ for any test, any reward component and either direction, with no knowledge of th
 calls (the sandbox's ``record`` op: each sample the test scored, and what it got): the test is *contradicted by the
 evaluator* under a candidate when at least one recorded call scores differently under the candidate's code, and on
 every call that does, the candidate's value agrees with the domain's verifier on that sample's task and completion
-(it pays exactly what the verifier accepts: value > 0 when verified, else 0 or less) while main's does not. A
-call the verifier cannot judge (a task without what it needs), a component the candidate no longer has, or a
-difference the verifier does not side with, leaves the test standing: the ruling never excuses a test on a guess.
+(it pays exactly what the verifier accepts: value > 0 when verified, else 0 or less) while main's does not. The
+verdict is the domain's on the harness's view of the task (``Domain.verdict_on_view``: math's verifier reads the
+answer the view carries; code runs the program on the view's visible tests, and a failing one settles it). A call
+that view cannot settle, a component the candidate no longer has, or a difference the verifier does not side with,
+leaves the test standing: the ruling never excuses a test on a guess.
 
 **The rewrite** (:func:`rewrite`): the test, same name and file, asserting each recorded call's evaluator-consistent
 value (the candidate's) on the same sample. Assertions of the old test on anything but the reward are not kept
@@ -100,8 +102,10 @@ def rule(main: HarnessWorker, candidate: HarnessWorker, tests: list[str], domain
             differ += 1
             sample = call["sample"]
             try:
-                row["verified"] = bool(verifier.verify(sample["task"], sample["completion"]))
-            except Exception:  # noqa: BLE001 - a sample the verifier cannot judge: no ruling on a guess
+                row["verified"] = verifier.verdict_on_view(sample["task"], sample["completion"])
+            except (KeyError, TypeError):  # a sample without a task or completion
+                row["verified"] = None
+            if row["verified"] is None:  # a sample the view cannot settle: no ruling on a guess
                 sides = False
                 continue
             sides = sides and _agrees(mine, row["verified"]) and not _agrees(call["value"], row["verified"])

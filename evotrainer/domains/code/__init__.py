@@ -204,6 +204,21 @@ class CodeDomain(Domain):
             raise GraderError(execution.detail)
         return execution.status == "ok"
 
+    def verdict_on_view(self, task: Task, completion: str) -> bool | None:
+        """On the harness's view (no hidden tests): wrong when the program, run in the executor, fails a test the view
+        carries (a visible example is a true input and output of the function the hidden tests check, so a program
+        that misses one, loops on it or does not compile is not that function); None when it passes them all (the
+        hidden tests decide, and the view has none) or the executor could not say. With hidden tests: ``verify``."""
+        if task.get("hidden_tests"):
+            return super().verdict_on_view(task, completion)
+        if not task.get("tests"):
+            return None
+        try:
+            execution = self.execute([task], [completion], "tests")[0]
+        except Exception:  # noqa: BLE001 - a view the executor cannot run: no verdict
+            return None
+        return None if execution.status in ("ok", "grader_error") else False
+
     def reference_completion(self, task: Task) -> str:
         return task["answer"]
 
