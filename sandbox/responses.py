@@ -154,7 +154,10 @@ def check(op: str, request: dict, result: Any) -> Any:
                         or type(call["sample"]) is not dict:
                     raise ResponseError("a recorded reward call is not {component, sample: object, value}")
                 _text(call["component"], "a recorded call's component")
-                _number(call["value"], "a recorded call's value")
+                if call["component"] == "prompt.make_prompt":  # the runner's PROMPT_CALL: a text prompt
+                    _text(call["value"], "a recorded prompt")
+                else:
+                    _number(call["value"], "a recorded call's value")
     elif op in ("ping", "exit"):
         _text(result, "the answer")
     return result

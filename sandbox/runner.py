@@ -45,7 +45,8 @@ from typing import Any, Callable, BinaryIO
 MAX_SUMMARY = 500  # characters of the one-line error summary
 _ROWS = ("tasks", "samples", "groups", "rollouts")  # request fields that may come as column frames
 MAX_TRACEBACK = 20_000  # characters of the traceback sent back
-RECORD_CALLS = 200  # reward calls a test may record (op_record)
+RECORD_CALLS = 200  # reward and prompt calls a test may record (op_record)
+PROMPT_CALL = "prompt.make_prompt"  # op_record's name for a call of make_prompt (a component so named is not recorded)
 
 
 class ContractError(Exception):
@@ -282,11 +283,12 @@ class Runner:
         return {"passed": passed, "failed": failed, "n": len(passed) + len(failed)}
 
     def op_record(self, req: dict) -> dict[str, list[dict]]:
-        """Run the named tests (``tests/FILE.py::NAME``) with every reward component of ``rewards.COMPONENTS``
-        recording its calls: ``{test: [{component, sample, value}]}``, what each test asked of the reward and got
-        (at most ``RECORD_CALLS`` calls a test; a sample that is not plain JSON, or a value that is not a finite
-        number, is left out). A test that fails still gives what it recorded; a test not found gives none. The
-        components are restored afterwards, in ``COMPONENTS`` and as the module's names."""
+        """Run the named tests (``tests/FILE.py::NAME``) with every reward component of ``rewards.COMPONENTS`` and
+        ``prompt.make_prompt`` recording their calls: ``{test: [{component, sample, value}]}``, what each test asked
+        of the reward (a finite number) and of the prompt (component ``PROMPT_CALL``, the task as sample, a text
+        prompt as value) and got. At most ``RECORD_CALLS`` calls a test; a sample that is not plain JSON, or a value
+        of another kind, is left out. A test that fails still gives what it recorded; a test not found gives none.
+        Everything is restored afterwards, in ``COMPONENTS`` and as the modules' names."""
         wanted = [t for t in _field(req, "tests", list) if isinstance(t, str)]
         rewards = self.module("rewards")
         components = self.attr("rewards", "COMPONENTS", dict)
@@ -294,6 +296,8 @@ class Runner:
         names = {name: attr for attr, value in vars(rewards).items() for name, fn in originals.items()
                  if value is fn}  # component -> the module name it is defined under, when one is
         calls: list[tuple[str, Any, Any]] = []
+        prompt = self.module("prompt")
+        make_prompt = getattr(prompt, "make_prompt", None)
 
         def recording(name: str, fn: Callable) -> Callable:
             def recorder(sample: Any, *args: Any, **kwargs: Any) -> Any:
@@ -309,9 +313,13 @@ class Runner:
         out: dict[str, list[dict]] = {}
         try:
             for name, fn in originals.items():
+                if name == PROMPT_CALL:
+                    continue
                 components[name] = recording(name, fn)
                 if name in names:
                     setattr(rewards, names[name], components[name])
+            if callable(make_prompt):
+                prompt.make_prompt = recording(PROMPT_CALL, make_prompt)
             files = set(self._test_files())
             for test_id in wanted:
                 path, _, fname = test_id.partition("::")
@@ -328,13 +336,16 @@ class Runner:
                     pass
                 finally:
                     sys.modules.pop(f"_harness_tests_{filename[:-3]}", None)
-                out[test_id] = [{"component": c, "sample": s, "value": float(v)} for c, s, v in calls
-                                if isinstance(v, numbers.Real) and math.isfinite(float(v))]
+                out[test_id] = [{"component": c, "sample": s, "value": v if c == PROMPT_CALL else float(v)}
+                                for c, s, v in calls if (c == PROMPT_CALL and isinstance(v, str))
+                                or (c != PROMPT_CALL and isinstance(v, numbers.Real) and math.isfinite(float(v)))]
         finally:
             components.clear()
             components.update(originals)
             for name, attr in names.items():
                 setattr(rewards, attr, originals[name])
+            if callable(make_prompt):
+                prompt.make_prompt = make_prompt
         return out
 
     # ---------------------------------------------------------------- dispatch

@@ -8,6 +8,7 @@ candidate that weakens the test itself, are not excused.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from evotrainer.harness.faults import materialize
@@ -39,8 +40,6 @@ def _pair(tmp_path: Path, main_files: dict[str, str], cand_files: dict[str, str]
 
 
 def _seed(dest: Path) -> Path:
-    import shutil
-
     shutil.copytree(seed_dir("math"), dest, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
@@ -150,3 +149,29 @@ def test_a_code_self_test_is_ruled_on_the_visible_tests_the_harness_view_carries
     failing = [f["name"] for f in run_selftest(cand)["failed"]]
     rulings = _rule(main, cand, failing, "code")
     assert failing and all(r.contradicted for r in rulings.values()), rulings
+
+
+def test_a_test_pinning_a_prompt_other_than_the_evaluators_is_contradicted_by_the_canonical_prompt(tmp_path):
+    """A prompt defect's self-test pins its prompt, so the move back to the canonical prompt failed it on every prompt
+    family; the recorded make_prompt calls are ruled on the domain's canonical prompt. A prompt that is not the
+    canonical one is not excused."""
+    from evotrainer.harness import generated
+
+    defect = generated.draw("gen-11-0", family="prompt_format")
+    main, cand = tmp_path / "main", tmp_path / "cand"
+    for folder in (main, cand):
+        _seed(folder)
+        generated.write(defect, folder)
+        (folder / "CARD.md").unlink()
+    (cand / "prompt.py").write_text((seed_dir("math") / "prompt.py").read_text())
+    failing = [f["name"] for f in run_selftest(cand)["failed"]]
+    assert failing == ["tests/test_harness.py::test_prompt_is_compact_expression"]
+    ruling = _rule(main, cand, failing)[failing[0]]
+    assert ruling.contradicted and "the evaluator's prompt" in ruling.why
+    (cand / "tests/test_harness.py").write_text(arbitrate.rewrite((cand / "tests/test_harness.py").read_text(), ruling))
+    assert run_selftest(cand)["failed"] == []
+    other = tmp_path / "other"
+    shutil.copytree(cand, other)
+    (other / "prompt.py").write_text((other / "prompt.py").read_text().replace('return ', 'return "Q: " + ', 1))
+    (other / "tests/test_harness.py").write_text((main / "tests/test_harness.py").read_text())
+    assert not _rule(main, other, failing)[failing[0]].contradicted

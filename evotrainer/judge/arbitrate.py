@@ -3,23 +3,25 @@
 A harness's own tests guard its code: a candidate that fails one of main's tests, changes it or deletes it is
 rejected (``judge/safety.py``). But a test can pin a defect. A test asserting that a loose completion earns full
 reward pins the reward's disagreement with the evaluator, and every repair of that reward then fails it; a test
-asserting that a right answer in an unusual form earns nothing pins the opposite. A person would read the test, see
-that it asserts what the evaluator denies, and fix the test with the reward. This module does that by mechanism,
-for any test, any reward component and either direction, with no knowledge of the defect.
+asserting that a right answer in an unusual form earns nothing pins the opposite; a test asserting a prompt other
+than the evaluator's pins that prompt, and the move back to the canonical prompt fails it. A person would read the
+test, see that it asserts what the evaluator denies, and fix the test with the edit. This module does that by
+mechanism, for any test, any reward component, the prompt, and either direction, with no knowledge of the defect.
 
-**The ruling** (:func:`rule`). For a test of main's, run on main's code with every reward component recording its
-calls (the sandbox's ``record`` op: each sample the test scored, and what it got): the test is *contradicted by the
-evaluator* under a candidate when at least one recorded call scores differently under the candidate's code, and on
-every call that does, the candidate's value agrees with the domain's verifier on that sample's task and completion
-(it pays exactly what the verifier accepts: value > 0 when verified, else 0 or less) while main's does not. The
-verdict is the domain's on the harness's view of the task (``Domain.verdict_on_view``: math's verifier reads the
-answer the view carries; code runs the program on the view's visible tests, and a failing one settles it). A call
-that view cannot settle, a component the candidate no longer has, or a difference the verifier does not side with,
-leaves the test standing: the ruling never excuses a test on a guess.
+**The ruling** (:func:`rule`). A test of main's is run on main's code with every reward component and
+``make_prompt`` recording its calls (the sandbox's ``record`` op: each sample a test scored or task it prompted, and
+the answer). The test is *contradicted by the evaluator* under a candidate when at least one recorded call is
+answered differently by the candidate's code, and on every call that is, the candidate's answer is the evaluator's
+while main's is not. For a reward, the evaluator's answer pays exactly what the verifier accepts (value > 0 when
+verified, else 0 or less), the verdict being the domain's on the harness's view of the task
+(``Domain.verdict_on_view``: math's verifier reads the answer the view carries; code runs the program on the view's
+visible tests, and a failing one settles it). For a prompt, it is the domain's canonical prompt. A call the view
+cannot settle, a component the candidate no longer has, or a difference the evaluator does not side with, leaves the
+test standing: the ruling never excuses a test on a guess.
 
-**The rewrite** (:func:`rewrite`): the test, same name and file, asserting each recorded call's evaluator-consistent
-value (the candidate's) on the same sample. Assertions of the old test on anything but the reward are not kept
-(the test is of the reward; its old text stays in the harness history).
+**The rewrite** (:func:`rewrite`): the test, same name and file, asserting the evaluator-consistent answer (the
+candidate's) to each recorded call. Assertions of the old test on anything else are not kept (its old text stays in
+the harness history).
 
 **Where it acts.** The loop amends a candidate whose own self-tests fail only on tests unchanged from main that the
 evaluator contradicts (:func:`amend`, after the Engineer: any source's candidate, built-in, LLM or skill), rebuilding
@@ -48,6 +50,7 @@ from evotrainer.domains.execute import ExecLimits
 from evotrainer.harness.repo import HarnessRepo, parse_trailers
 from sandbox import HarnessError, HarnessWorker
 
+PROMPT_CALL = "prompt.make_prompt"  # a recorded call of make_prompt (sandbox/runner.py's name for it)
 TRAILER = "Arbitrated"  # the candidate commit's trailer naming the tests the evaluator's ruling rewrote
 
 
@@ -62,10 +65,6 @@ class Ruling:
 
     def line(self) -> str:
         return f"{self.test}: {self.why}"
-
-
-def _agrees(value: float | None, verified: bool) -> bool:
-    return value is not None and (value > 0) == verified
 
 
 def rule(main: HarnessWorker, candidate: HarnessWorker, tests: list[str], domain: str,
@@ -84,46 +83,78 @@ def rule(main: HarnessWorker, candidate: HarnessWorker, tests: list[str], domain
     for test in tests:
         calls = recorded.get(test, [])
         if not calls:
-            out[test] = Ruling(test, False, "it scores nothing through rewards.COMPONENTS on main")
+            out[test] = Ruling(test, False, "it asks nothing of rewards.COMPONENTS or make_prompt on main")
             continue
+        scored = [c for c in calls if c["component"] != PROMPT_CALL]
+        asked = [c for c in calls if c["component"] == PROMPT_CALL]
         try:
-            scored = candidate.score([c["sample"] for c in calls])
+            values = candidate.score([c["sample"] for c in scored]) if scored else []
+            prompts = candidate.prompts([c["sample"] for c in asked]) if asked else []
         except HarnessError as err:
-            out[test] = Ruling(test, False, f"the candidate's reward could not score its samples: {err}")
+            out[test] = Ruling(test, False, f"the candidate's code could not answer its calls: {err}")
             continue
+        mine = {id(c): v.get(c["component"]) for c, v in zip(scored, values)}
+        mine.update({id(c): p for c, p in zip(asked, prompts)})
         rows, differ, sides = [], 0, True
-        for call, values in zip(calls, scored):
-            mine = values.get(call["component"])
+        for call in calls:
             row = {"component": call["component"], "sample": call["sample"], "main": call["value"],
-                   "candidate": mine, "verified": None}
+                   "candidate": mine.get(id(call)), "verified": None}
             rows.append(row)
-            if mine is not None and mine == call["value"]:
+            if row["candidate"] is not None and row["candidate"] == call["value"]:
                 continue
             differ += 1
-            sample = call["sample"]
-            try:
-                row["verified"] = verifier.verdict_on_view(sample["task"], sample["completion"])
-            except (KeyError, TypeError):  # a sample without a task or completion
-                row["verified"] = None
-            if row["verified"] is None:  # a sample the view cannot settle: no ruling on a guess
+            row["verified"] = _verdict(verifier, call)
+            if row["verified"] is None:  # a call the view cannot settle: no ruling on a guess
                 sides = False
                 continue
-            sides = sides and _agrees(mine, row["verified"]) and not _agrees(call["value"], row["verified"])
+            sides = sides and _sides_with(row["candidate"], row["verified"]) \
+                and not _sides_with(call["value"], row["verified"])
         if not differ:
-            out[test] = Ruling(test, False, "the candidate's reward scores its samples as main's does", rows)
+            out[test] = Ruling(test, False, "the candidate's code answers its calls as main's does", rows)
         elif not sides:
-            out[test] = Ruling(test, False, "the evaluator does not side with the candidate on every sample whose "
-                               "reward it changes", rows)
+            out[test] = Ruling(test, False, "the evaluator does not side with the candidate on every call it "
+                               "answers otherwise", rows)
         else:
-            said = "; ".join(f"{r['component']}({r['sample'].get('completion', '')!r}) {r['main']:g} -> "
-                             f"{r['candidate']:g}, {'verified' if r['verified'] else 'not verified'}"
-                             for r in rows if r["verified"] is not None)
-            out[test] = Ruling(test, True, f"pins a reward the evaluator contradicts: {said}"[:400], rows)
+            out[test] = Ruling(test, True, f"pins what the evaluator contradicts: {_said(rows)}"[:400], rows)
     return out
 
 
+def _verdict(verifier, call: dict) -> bool | str | None:
+    """The evaluator's word on a recorded call: for a reward, the verdict on the sample's completion for the task
+    as the harness sees it (``Domain.verdict_on_view``); for a prompt, the canonical prompt of the task. None where
+    the view cannot settle it."""
+    sample = call["sample"]
+    try:
+        if call["component"] == PROMPT_CALL:
+            return str(verifier.canonical_prompt(sample))
+        return verifier.verdict_on_view(sample["task"], sample["completion"])
+    except Exception:  # noqa: BLE001 - a sample without what the evaluator needs
+        return None
+
+
+def _sides_with(value, verdict: bool | str) -> bool:
+    """Whether a call's answer is the evaluator's: a reward pays exactly what is verified (> 0 when verified, else
+    0 or less); a prompt is the canonical one."""
+    if isinstance(verdict, str):
+        return value == verdict
+    return isinstance(value, (int, float)) and (value > 0) == verdict
+
+
+def _said(rows: list[dict]) -> str:
+    parts = []
+    for r in rows:
+        if r["verified"] is None:
+            continue
+        if r["component"] == PROMPT_CALL:
+            parts.append(f"make_prompt {r['main']!r} -> {r['candidate']!r}, the evaluator's prompt")
+        else:
+            parts.append(f"{r['component']}({r['sample'].get('completion', '')!r}) {r['main']:g} -> "
+                         f"{r['candidate']:g}, {'verified' if r['verified'] else 'not verified'}")
+    return "; ".join(parts)
+
+
 def rewrite(source: str, ruling: Ruling) -> str:
-    """The test file ``source`` with the ruled test replaced by one asserting the evaluator-consistent value of
+    """The test file ``source`` with the ruled test replaced by one asserting the evaluator-consistent answer to
     each recorded call (the same name, at the same place)."""
     name = ruling.test.partition("::")[2]
     lines = source.splitlines(keepends=True)
@@ -133,12 +164,16 @@ def rewrite(source: str, ruling: Ruling) -> str:
     first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
     checked = [(r["component"], r["sample"], r["candidate"]) for r in ruling.calls]
     body = (f"def {name}():\n"
-            f'    """Rewritten by the evaluator\'s arbitration: the test it replaces asserted rewards the domain\'s\n'
-            f'    verifier contradicts. Each sample it scored, with the reward that agrees with the verifier."""\n'
+            f'    """Rewritten by the evaluator\'s arbitration: the test it replaces asserted what the domain\'s\n'
+            f'    evaluator contradicts. Each call it made, with the answer that agrees with the evaluator."""\n'
+            f"    from prompt import make_prompt\n"
             f"    from rewards import COMPONENTS\n\n"
             f"    checked = {textwrap.indent(pprint.pformat(checked, width=112), '    ').strip()}\n"
             f"    for component, sample, value in checked:\n"
-            f"        assert COMPONENTS[component](sample) == value, (component, sample.get('completion'))\n")
+            f"        if component == {PROMPT_CALL!r}:\n"
+            f"            assert make_prompt(sample) == value, sample\n"
+            f"        else:\n"
+            f"            assert COMPONENTS[component](sample) == value, (component, sample.get('completion'))\n")
     return "".join(lines[:first]) + body + "".join(lines[node.end_lineno:])
 
 
@@ -211,13 +246,13 @@ def amend(repo: HarnessRepo, candidate: Candidate, *, sandbox: SandboxConfig, hi
           test_timeout_s: float, executor: ExecLimits | None = None) -> tuple[Candidate, list[Ruling]]:
     """``candidate``, its commit rebuilt with the tests the evaluator contradicts rewritten (same branch, base,
     message and trailers, a paragraph and an ``Arbitrated`` trailer more), and the rulings; the candidate unchanged
-    and no rulings when it leaves rewards.py alone, its self-tests pass or fail only on tests the evaluator does
-    not contradict, or the commit deletes a file (rebuilt commits only write files)."""
+    and no rulings when it leaves rewards.py and prompt.py alone, its self-tests pass or fail only on tests the
+    evaluator does not contradict, or the commit deletes a file (rebuilt commits only write files)."""
     base = candidate.base_sha
     paths = repo.changed_files(base, candidate.sha)
     edits = {p: repo.read(candidate.sha, p) for p in paths}
-    if "rewards.py" not in paths or any(text is None for text in edits.values()):
-        return candidate, []  # only an edit of rewards.py changes what a reward component pays
+    if not {"rewards.py", "prompt.py"} & set(paths) or any(text is None for text in edits.values()):
+        return candidate, []  # only an edit of rewards.py or prompt.py changes what a recorded call answers
     limits = sandbox.limits.model_copy(update={"call_timeout_s": test_timeout_s})
     with tempfile.TemporaryDirectory(prefix="evo-arbitrate-") as tmp:
         main_dir = repo.export(base, Path(tmp) / "main")
