@@ -144,8 +144,8 @@ def approve(run_dir: Path, revise: Optional[str] = typer.Option(None, help="send
 def demo(run_dir: Path = typer.Argument(Path("runs/demo")), phases: int = typer.Option(2),
          domain: str = typer.Option("math", help="task domain: a registered one (evotrainer/domains)"),
          fault: str = typer.Option(None, help="the catalogue defect planted in the seed harness (harness_repo/faults/"
-                                   "DOMAIN/; default: the domain's demo defect, math's reward_hacking, code's "
-                                   "exit_status), or none for the clean seed"),
+                                   "DOMAIN/; default: the domain's demo defect, math's reward_hacking, tools' "
+                                   "short_cap, code's exit_status), or none for the clean seed"),
          set_: list[str] = typer.Option([], "--set", help="override a config key")):
     """The embedded demo: a seed harness with one catalogue defect, evolved in RUN_DIR and left alone in
     RUN_DIR-static; prints both held-out accuracies (init each run if it does not exist)."""

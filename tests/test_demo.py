@@ -69,6 +69,19 @@ def test_the_demo_s_defect_is_catalogued_and_said_plainly():
         assert 40 < len(said) < 800 and "\n" not in said and not said.startswith("#"), (name, said)
 
 
+def test_the_demo_help_names_each_domain_s_demo_defect():
+    import inspect
+
+    from evotrainer import cli
+    from evotrainer.domains import DOMAINS
+
+    said = " ".join(inspect.signature(cli.demo).parameters["fault"].default.help.split())
+    for domain in DOMAINS:  # `evotrainer demo --help` says the defect the registry plants by default
+        fault = demo.default_fault(domain)
+        assert fault == "none" or f"{domain}'s {fault}" in said or f"{domain}' {fault}" in said, (domain, said)
+    assert demo.default_fault("tools") in faults.names("tools")  # every domain has a demo defect
+
+
 def test_demo_bench_and_init_take_any_registered_domain_and_refuse_another_in_one_line(tmp_path: Path, cli_env):
     from tests.conftest import cli
 

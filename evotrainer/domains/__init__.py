@@ -61,7 +61,9 @@ def get_domain(name: str, limits: ExecLimits | None = None) -> Domain:
 
 
 register("math", "evotrainer.domains.math", "MathDomain", demo_fault="reward_hacking")
-register("tools", "evotrainer.domains.tools", "ToolsDomain")
+# the tools demo: a turn cap one turn short of the two-key questions' transcripts (the Diagnostician reads turn_cap_hit
+# off the capped rollouts' new calls, and raise_max_turns lifts the cap by the answer's turn)
+register("tools", "evotrainer.domains.tools", "ToolsDomain", demo_fault="short_cap")
 # the code demo: a reward that pays every body that runs, test failures included (the Diagnostician sees it from the
 # first phase, the pentest rejects it, and the code domain's verifier_aligned_reward rewrites it to the evaluator's
 # rule; its self-tests pin no leniency, so the repair passes them)
