@@ -42,7 +42,9 @@ from evotrainer.contracts import Diagnosis, EvalResult, MetricEvidence
 from evotrainer.judge.checks import MIN_ANSWERS_CHANGED
 from evotrainer.metrics import (accuracy_change, quarter_shift, rate_evidence, ratio_evidence, unpaired_margin,
                                 wilson)
-from evotrainer.rollouts import TURN_DEFAULTS, groups_of, is_dead
+from evotrainer import behaviour
+from evotrainer.behaviour import calls_needed, format_failed, needless_calls, stopped_short, turn
+from evotrainer.rollouts import groups_of, is_dead
 
 CREDITS_WRONG = "credits_wrong:"  # evidence name prefix: the share of rewarded-but-wrong rollouts a component credits
 MISSES_RIGHT = "misses_right:"  # evidence name prefix: the share of correct-but-unrewarded rollouts a component gives 0
@@ -50,7 +52,6 @@ UNCUT_LENGTH = "dev_ended_length_p99"  # evidence: tokens within which 99% of th
 PERCENTILE_UNITS = 100  # completions a 99th percentile needs before it is cited
 CALLS_NEEDED = "tool_calls_needed"  # evidence: the most calls any level needs, by its verified-correct rollouts
 # (cited only where every level has enough of them to say)
-REFERENCE_UNITS = 20  # verified-correct rollouts of a level what it needs is read from (the Critic's least evidence)
 
 THRESHOLDS = {
     "dead_group_ratio": 0.35,
@@ -190,38 +191,6 @@ def cut_at(row: dict, budget: int) -> str | None:
     if text_tokens <= budget:
         return None
     return row["completion"][: len(row["completion"]) * budget // text_tokens]
-
-
-def turn(row: dict, key: str):
-    """A rollout's turn figure ``key`` (``turns``, ``tool_calls``, ``tool_errors``, ``hit_turn_cap``); a single-turn
-    rollout's (``TURN_DEFAULTS``) where the row has none."""
-    return row.get(key, TURN_DEFAULTS[key])
-
-
-def calls_needed(rows: list[dict]) -> dict[str, int]:
-    """Level -> the tool calls its tasks need, by the policy's own right answers: the most that three in four of the
-    level's verified-correct rollouts make (their upper quartile). A quartile, not the median, so that right answers
-    reached without the calls (a lucky guess, no call at all) do not set the need below what a task takes unless
-    three in four right answers are such; fewer than a quarter that call needlessly do not raise it. Only levels with at
-    least ``REFERENCE_UNITS`` right answers."""
-    by_level: dict[str, list[int]] = {}
-    for r in rows:
-        if r["verified"]:
-            by_level.setdefault(r["difficulty"], []).append(turn(r, "tool_calls"))
-    out = {}
-    for level, calls in by_level.items():
-        if len(calls) >= REFERENCE_UNITS:
-            out[level] = sorted(calls)[(3 * len(calls) - 1) // 4]
-    return out
-
-
-def needless_calls(row: dict, calls: list[str], needed: int | None) -> tuple[int, int]:
-    """(calls that repeat one the rollout already made, calls a rollout makes needlessly): a repeat is needless (the
-    environment answers a call the same way twice), and so is every call beyond what the level's verified-correct
-    rollouts need (``needed``: None when unknown); the needless count is the larger of the two views."""
-    repeats = len(calls) - len(set(calls))
-    beyond = max(0, turn(row, "tool_calls") - needed) if needed is not None else 0
-    return repeats, max(repeats, beyond)
 
 
 def _half(e: MetricEvidence) -> float:
@@ -458,7 +427,7 @@ class HeuristicDiagnostician:
                          confidence=_confidence(e, "above"))
 
     def _format(self, ev: PhaseEvidence) -> Diagnosis | None:
-        bad = [r for r in ev.rollouts if ev.domain.extract_answer(r["completion"]) is None]
+        bad = [r for r in ev.rollouts if format_failed(ev.domain, r)]
         return self._rate_above(
             "format_failure_rate", "format_failure_rate", bad, ev.rollouts, "format_failures",
             lambda e: f"{e.value:.0%} of completions give no answer in the expected format (e.g. "
@@ -597,7 +566,7 @@ class HeuristicDiagnostician:
         if not any(turn(r, "tool_calls") for r in rows):
             return None
         stopped = [r for r in rows if turn(r, "hit_turn_cap")]
-        capped = [r for r in stopped if len(set(calls := ev.domain.tool_calls_in(r["completion"]))) == len(calls)]
+        capped = [r for r in stopped if stopped_short(ev.domain, r)]
         looping, cap = len(stopped) - len(capped), ev.knobs.max_turns
         return self._rate_above(
             "turn_cap_rate", "turn_cap_rate", capped, rows, "turn_cap_hit",
@@ -646,8 +615,7 @@ class HeuristicDiagnostician:
         counts = {id(r): needless_calls(r, ev.domain.tool_calls_in(r["completion"]), needed.get(r["difficulty"]))
                   for r in rows}
         th = THRESHOLDS["needless_call_share"]
-        e = ratio_evidence("needless_call_share", rows, lambda g: (sum(counts[id(r)][1] for r in g),
-                                                                   sum(turn(r, "tool_calls") for r in g)),
+        e = ratio_evidence("needless_call_share", rows, behaviour.parts(ev.domain, rows)["needless_call_share"],
                            threshold=th)
         if e.value <= th:
             return None

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import time
 
+from evotrainer import behaviour
 from evotrainer.contracts import EvalResult, PhaseResult, Promotion
+from evotrainer.domains import Domain, get_domain
 from evotrainer.judge.replay import METRICS
 from evotrainer.judge.scoring import trained
 from evotrainer.loop import escalation
@@ -68,6 +70,18 @@ def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult, starts: di
                                                   for r in range(1, seeds)]
 
 
+def measure(metric: str, rows: list[dict], domain: Domain | None = None) -> float | None:
+    """A target metric of rollout rows (with ``trained`` set): a replay figure (``judge.replay.METRICS``), a figure of
+    ``group_stats``, or, with the rows' domain, a behaviour figure (``evotrainer.behaviour``); None for another name."""
+    if metric in METRICS:
+        return METRICS[metric](rows)
+    if metric in behaviour.FIGURES:
+        if domain is None:
+            raise ValueError(f"{metric} reads the completions through their domain: pass it")
+        return behaviour.figure(metric, domain)(rows)
+    return group_stats(rows).get(metric)
+
+
 def realized_effect(evidence: EvidenceCache, promo: Promotion, results: list[PhaseResult],
                     pairs: list[tuple[EvalResult, EvalResult]] | None = None) -> dict:
     """How the promoted edit did in the phase it first trained: the targeted metric, and dev accuracy.
@@ -84,8 +98,8 @@ def realized_effect(evidence: EvidenceCache, promo: Promotion, results: list[Pha
     metric = cand.target_metric
 
     def measured(phase: int) -> float | None:
-        rows = [{**r, "trained": trained(r)} for r in evidence.rollouts(phase)]
-        return METRICS[metric](rows) if metric in METRICS else group_stats(rows).get(metric)
+        domain = get_domain(evidence.cfg.domain, evidence.cfg.executor) if metric in behaviour.FIGURES else None
+        return measure(metric, [{**r, "trained": trained(r)} for r in evidence.rollouts(phase)], domain)
 
     m0, m1 = measured(before_phase), measured(after_phase)
     moved = None if m0 is None or m1 is None else (m1 - m0 if cand.direction == "up" else m0 - m1)
