@@ -79,3 +79,28 @@ def test_a_behaviour_figure_without_its_domain_is_refused_in_one_line():
         measure("turn_cap_rate", tool_rows(["right"]))
     with pytest.raises(KeyError, match="unknown behaviour figure"):
         behaviour.figure("kept_fraction", get_domain("tools"))
+
+
+def test_the_effect_step_reports_a_raised_cap_s_realized_turn_cap_rate(tmp_path):
+    """A promoted raise_max_turns judged on the phase it trained: the turn cap rate of the phase before against the
+    phase after, read from the run's rollout store through the run's domain, not "not measurable"."""
+    from evotrainer.config import Config
+    from evotrainer.contracts import Candidate, EvalResult, PhaseResult, Promotion, Rollout
+    from evotrainer.loop.effect import realized_effect
+    from evotrainer.loop.evidence import EvidenceCache
+    from evotrainer.rollouts import write_rollouts
+    from evotrainer.rundir import RunDir
+
+    rd = RunDir(tmp_path)
+    for phase, kinds in ((1, ["right"] * 4 + ["capped"] * 4), (2, ["right"] * 7 + ["capped"])):
+        write_rollouts([Rollout(**{**r, "phase": phase}) for r in _capped(kinds)], rd.rollout_file(phase))
+    ev = EvalResult(accuracy=0.5, n=2, items={"dev-0": 1.0, "dev-1": 0.0})
+    results = [PhaseResult(phase=p, harness_sha="a" * 40, steps=1, eval=ev, dev=ev, rollout_path="",
+                           checkpoint_path="", wall_time_s=1.0, tokens=1) for p in (1, 2)]
+    cand = Candidate(branch="c1", base_sha="a" * 40, sha="b" * 40, diagnosis_id="d1-1", intervention="raise_max_turns",
+                     hypothesis="h", variable="harness.yaml:max_turns", target_metric="turn_cap_rate",
+                     direction="down", expected="down", rollback="revert", files=["harness.yaml"])
+    promo = Promotion(phase=1, branch="c1", sha="b" * 40, main_sha="c" * 40, candidate=cand)
+    effect = realized_effect(EvidenceCache(rd, repo=None, cfg=Config(domain="tools")), promo, results)
+    assert (effect["before"], effect["after"]) == (pytest.approx(0.5), pytest.approx(1 / 8))
+    assert "turn_cap_rate 0.500 -> 0.125 (as promised)" in effect["summary"]
