@@ -480,6 +480,9 @@ def test_a_promoted_move_predates_a_family_by_the_register_s_order():
     assert fb.predates(reg, "unlisted", "lr_low") is False  # newer than every entry
     assert fb.predates(reg, "old_move", "never_run") is True and fb.predates(reg, "unlisted", "never_run") is None
     assert fb.predates(None, "old_move", "lr_low") is None
+    # a move of one domain written after that domain's family was seen, with the name of an older move of another
+    reg["later"] += [{"family": "code_partial"}, {"move": "old_move", "domain": "code"}]
+    assert fb.predates(reg, "old_move", "code_partial") is False and fb.predates(reg, "old_move", "lr_low") is True
     shipped = fb.register()  # the register in docs/ parses, and lists the baseline's moves
     assert shipped and "dynamic_sampling" in shipped["baseline"]["moves"]
     assert fb.predates(shipped, "dynamic_sampling", "lr_high") is True

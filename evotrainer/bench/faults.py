@@ -309,7 +309,10 @@ def predates(reg: dict | None, move: str, family: str | None) -> bool | None:
     """Whether ``move`` existed before ``family`` was first run, by the register's order: catalogue families ran
     before the baseline's moves existed, the baseline's moves come next, then ``later`` in the order written. A move
     not in the register is newer than every entry; a family not in it has not been run (every registered move
-    predates it). None when neither says (a move not registered and a family never run), or without a register."""
+    predates it). A move entry with a ``domain`` is that domain's move of that name (one domain's
+    ``verifier_aligned_reward`` is not another's) and, for a generated family of that domain, counts before the
+    entry without one. None when neither says (a move not registered and a family never run), or without a
+    register."""
     if reg is None or family is None:
         return None
     order: dict[tuple[str, str], int] = {("family", f): -1 for f in reg.get("before_baseline") or []}
@@ -317,9 +320,12 @@ def predates(reg: dict | None, move: str, family: str | None) -> bool | None:
     for i, entry in enumerate(reg.get("later") or [], 1):
         for kind in ("move", "family"):
             if entry.get(kind):
-                order.setdefault((kind, entry[kind]), i)
+                name = f"{entry['domain']}/{entry[kind]}" if kind == "move" and entry.get("domain") else entry[kind]
+                order.setdefault((kind, name), i)
     key = move.split(":", 1)[0]
-    m, f = order.get(("move", key)), order.get(("family", family))
+    domain = generated.FAMILIES[family].domain if family in generated.FAMILIES else None
+    m = order.get(("move", f"{domain}/{key}")) if domain else None
+    m, f = (m if m is not None else order.get(("move", key))), order.get(("family", family))
     if m is None and f is None:
         return None
     return (m if m is not None else math.inf) < (f if f is not None else math.inf)
