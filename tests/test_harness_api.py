@@ -193,11 +193,11 @@ def test_the_sandbox_runner_serves_every_documented_module_with_the_documented_n
     modules = table("Modules", "file")
     assert {r["file"] for r in modules} == set(HARNESS_FILES) | {"tests/"}
     ops = _runner_ops()
-    served = {r["runner op"]: r["file"] for r in modules if r["runner op"] != "-"}
+    served = {op.strip(): r["file"] for r in modules if r["runner op"] != "-" for op in r["runner op"].split(",")}
     assert set(served) == set(ops) - {"ping", "exit"}
     for op, module in served.items():
-        if module == "tests/":
-            assert "tests" in _constants(ops[op]) and "test_" in _constants(ops[op])
+        if module == "tests/":  # an op that runs the harness's tests reads them through the runner's one finder
+            assert "_test_files" in {n.attr for n in ast.walk(ops[op]) if isinstance(n, ast.Attribute)}, op
             continue
         documented = {(module.removesuffix(".py"), r["name"]) for r in table(module, "name")}
         assert _fetched(ops[op]) == documented, f"op {op!r} fetches {sorted(_fetched(ops[op]))}"
