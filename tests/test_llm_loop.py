@@ -60,6 +60,7 @@ def every_role(model: str, messages: list[dict]) -> str:
                        "expected": "kept_dead_ratio to 0", "validation": "replay", "applicability": ["math"]})
 
 
+@pytest.mark.slow  # a whole phase and its loop with every role scripted through litellm: ~29 s (test_llm_agents holds each role fast)
 def test_a_full_phase_with_every_role_on_an_llm(tmp_path: Path, policy_cache: Path, monkeypatch):
     from evotrainer.run import run
 

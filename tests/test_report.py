@@ -37,6 +37,9 @@ PHASES = 2
 # the report reads what a run wrote; the fault bench's second Engineer round and counterfactual phases add nothing
 # it shows that one round does not (evolved_run plants a realized effect); they only cost the fixture time
 LIGHT = ("evolution.max_engineer_rounds=1", "evolution.counterfactual=false")
+# RUN_SLOW: the tests that read run_dir (or a copy of it) are slow tests: the fixture is a whole two-phase `evotrainer
+# run` (73 s of the fast suite's 727 s at stop 44, over its 10 minutes); CI's `make test-slow` runs them. The report's
+# fast tests build what they read by hand.
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +151,7 @@ def _card(page: str, branch: str) -> str:
     return re.search(rf'<article [^>]*id="{anchor}">.*?</article>', page, re.S).group(0)
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_the_run_writes_its_report_after_every_phase(run_dir: Path):
     written = _events(run_dir, "report")
     assert [e["phase"] for e in written] == list(range(1, PHASES + 1)) and not _events(run_dir, "report_error")
@@ -155,6 +159,7 @@ def test_the_run_writes_its_report_after_every_phase(run_dir: Path):
     assert (run_dir / "report.html").stat().st_size == written[-1]["bytes"]
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_report_shows_phases_candidates_and_loads_nothing(run_dir: Path, env: dict, tmp_path: Path):
     out = tmp_path / "r.html"
     assert "wrote" in cli(["report", str(run_dir), "--out", str(out)], env).stdout
@@ -177,6 +182,7 @@ def test_report_shows_phases_candidates_and_loads_nothing(run_dir: Path, env: di
     assert refs and all(r.startswith("#") for r in refs), [r for r in refs if not r.startswith("#")]
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_a_bench_arm_shows_every_arm_of_its_seed_on_one_chart(run_dir: Path, env: dict, tmp_path: Path):
     """Two arms of a bench folder (copies of the finished run, so their curves coincide) and the bench's table."""
     from evotrainer.bench import arms as bench_arms
@@ -207,6 +213,7 @@ def test_a_bench_arm_shows_every_arm_of_its_seed_on_one_chart(run_dir: Path, env
     assert page.count('<svg class="chart"') == 5 and "<script" not in page.lower()
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_rollout_text_is_escaped(hostile_run: Path, env: dict):
     cli(["report", str(hostile_run)], env)
     page = (hostile_run / "report.html").read_text()
@@ -216,6 +223,7 @@ def test_rollout_text_is_escaped(hostile_run: Path, env: dict):
     assert "t&quot;&gt;&lt;script&gt;x&lt;/script&gt;" in page
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_harness_and_skill_text_is_escaped(evolved_run: Path):
     """Markup in a candidate's subject, trailers, diff, backtest reasons, trial and realized effect, and in a skill,
     shows as text: nothing of it is live in the page."""
@@ -233,6 +241,7 @@ def test_harness_and_skill_text_is_escaped(evolved_run: Path):
     assert any("<img" in t for t in _texts(_chart(page, "lineage")))  # the node's label, drawn as text
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_dollar_signs_in_labels_are_text_not_mathtext(evolved_run: Path):
     """A candidate label with "$...$" is drawn as written (matplotlib would parse it as maths: a bad formula
     raised and failed the whole report)."""
@@ -242,6 +251,7 @@ def test_dollar_signs_in_labels_are_text_not_mathtext(evolved_run: Path):
     assert not _events(evolved_run, "report_error")
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_each_card_shows_its_candidates_record(evolved_run: Path, env: dict):
     """Every `evotrainer log --json` entry's card holds its hypothesis, variable, reasons, a line of its diff, its
     realized effect (or why there is none) and its trial's figures."""
@@ -273,6 +283,7 @@ def test_each_card_shows_its_candidates_record(evolved_run: Path, env: dict):
     assert trials >= 2 and {"promoted", "rejected"} <= {entry["state"] for entry in entries}
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_health_names_every_panel_and_why_kl_is_missing(run_dir: Path):
     page = _page(run_dir)
     texts = _texts(_chart(page, "health"))
@@ -285,6 +296,7 @@ def test_health_names_every_panel_and_why_kl_is_missing(run_dir: Path):
     assert "beta = 0" in " ".join(texts) and "KL not logged: beta = 0" in page
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_a_changed_main_is_marked_in_the_table_and_the_charts(evolved_run: Path, run_dir: Path):
     page, repo = _page(evolved_run), HarnessRepo(evolved_run / "harness")
     before, after = repo.sha("candidates/phase-1-1^"), repo.sha("main")
@@ -296,6 +308,7 @@ def test_a_changed_main_is_marked_in_the_table_and_the_charts(evolved_run: Path,
     assert "new main" not in _page(run_dir) and "main " + before[:7] not in _texts(_chart(_page(run_dir), "accuracy"))
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_skills_agents_and_samples_are_shown(evolved_run: Path):
     page = _page(evolved_run)
     row = re.search(r"<tr><td><code>skill-hostile</code></td>.*?</tr>", page).group(0)
@@ -317,6 +330,7 @@ def test_skills_agents_and_samples_are_shown(evolved_run: Path):
         assert best == f"{max(r['reward'] for r in rows):.4g}"
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_a_failing_report_is_an_event_not_a_stop(hostile_run: Path, tmp_path: Path):
     broken = tmp_path / "run"
     shutil.copytree(hostile_run, broken)
@@ -326,6 +340,7 @@ def test_a_failing_report_is_an_event_not_a_stop(hostile_run: Path, tmp_path: Pa
     assert len(errors) == 1 and errors[0]["phase"] == 1 and "ValidationError" in errors[0]["error"]
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_the_tolerant_score_stands_beside_every_held_out_accuracy(run_dir: Path):
     """The run's own evaluations filled it (the start and each phase), and the report shows it in the headline, the
     phase table and the accuracy chart; an evaluation from before it existed shows "-" and no line."""
@@ -497,6 +512,7 @@ def _blank(page: str, names: set[str]) -> str:
                   lambda m: m.group(1) + m.group(4) if m.group(2) in names else m.group(0), page, flags=re.S)
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_every_chart_draws_in_a_real_browser(run_dir: Path, tmp_path: Path):
     """Each chart is screenshot alone and must show its own data; a page with some charts blanked is caught chart by
     chart (so one blank chart fails this test whatever the others draw)."""
@@ -524,6 +540,7 @@ def _documented_keys(section: str) -> list[str]:
     return re.findall(r"^\| `([a-z_]+)` \|", table, re.M)
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_json_outputs_keep_their_documented_keys(run_dir: Path, env: dict):
     status = json.loads(cli(["status", str(run_dir), "--json"], env).stdout)
     assert list(status) == _documented_keys("`evotrainer status RUN_DIR --json` prints")
@@ -564,6 +581,7 @@ def test_a_run_without_phases_has_a_report_too(tmp_path: Path, env: dict):
     assert bad.returncode == 2 and "not a run directory" in bad.stdout
 
 
+@pytest.mark.slow  # reads the module's whole `evotrainer run` (RUN_SLOW)
 def test_an_edit_that_showed_no_effect_on_main_is_not_retried_on_the_same_main(run_dir: Path, env: dict):
     """Phase 1's "no effect" rejection is remembered in the run's state: phase 2's Engineer, on the same main,
     proposes something else (a different intervention, or nothing)."""

@@ -216,6 +216,7 @@ def test_the_service_refuses_to_listen_beyond_loopback_without_a_token():
         len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
+@pytest.mark.slow  # a second trainer service started and a phase run through it: ~23 s
 def test_a_configured_trainer_url_is_reached_with_the_token_from_the_environment(tmp_path: Path, monkeypatch):
     """``trainer.url``: a service started by hand with a token; the run's client sends $EVOTRAINER_TRAINER_TOKEN."""
     import os
