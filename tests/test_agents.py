@@ -168,7 +168,6 @@ def test_engineer_commits_single_variable_candidates_round_robin_up_to_its_limit
     cands = HeuristicEngineer().propose(diagnoses, ctx, {})
     assert [c.intervention for c in cands] == ["drop_zero_variance_groups", "partial_credit_reward",
                                                "reweight_curriculum"]
-    assert len(HeuristicEngineer(max_candidates=2).propose(diagnoses, ctx, {})) == 2
     assert repo.sha("main") == main
     for c in cands:
         assert c.branch.startswith("candidates/phase-1-") and repo.sha(c.branch) == c.sha
@@ -177,6 +176,8 @@ def test_engineer_commits_single_variable_candidates_round_robin_up_to_its_limit
         changed = repo.repo.git.diff("--name-only", main, c.sha).split()
         assert changed == c.files
         assert "Variable: " in repo.message(c.sha) and "Diagnosis: " in repo.message(c.sha)
+    # (after the branches are read: proposing again rewrites the same branch names, in another second another sha)
+    assert len(HeuristicEngineer(max_candidates=2).propose(diagnoses, ctx, {})) == 2
     # a second round does not repeat an intervention already tried
     again = HeuristicEngineer().propose(diagnoses, EngineerContext(
         phase=1, round=2, repo=repo, base_sha=main, knobs=ev.knobs, domain="math",
