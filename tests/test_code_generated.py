@@ -38,11 +38,7 @@ CODE = sorted(f.name for f in generated.families("code"))
 
 def _build(name: str, family: str, dest: Path) -> tuple[generated.Defect, Path]:
     """The code seed with a draw of ``family`` over it (its card removed)."""
-    d = generated.draw(name, family=family)
-    shutil.copytree(seed_dir("code"), dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    generated.write(d, dest)
-    (dest / faults.CARD).unlink()
-    return d, dest
+    return generated.build(name, dest, family)
 
 
 def _module(path: Path, tag: str):

@@ -14,7 +14,6 @@ of tests/test_faults.py (every domain's families). Run alone: ``python -m pytest
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from pathlib import Path
 
 import pytest
@@ -31,11 +30,7 @@ TOOLS = sorted(f.name for f in generated.families("tools"))
 
 def _build(name: str, family: str, dest: Path) -> tuple[generated.Defect, Path]:
     """The tools seed with a draw of ``family`` over it (its card removed)."""
-    d = generated.draw(name, family=family)
-    shutil.copytree(seed_dir("tools"), dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    generated.write(d, dest)
-    (dest / faults.CARD).unlink()
-    return d, dest
+    return generated.build(name, dest, family)
 
 
 def _module(path: Path, tag: str):

@@ -1167,6 +1167,18 @@ def write(defect: Defect, folder: Path) -> Path:
     return folder
 
 
+def build(name: str, dest: Path, family: str | None = None) -> tuple[Defect, Path]:
+    """(the defect ``name`` drawn, ``family`` forcing one as in :func:`draw`; ``dest``: its domain's clean seed with
+    the defect's overlay over it, no card) - the faulty harness itself, for tests and scans of many draws."""
+    defect = draw(name, family)
+    for rel, text in _seed(defect.domain).items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text)
+    write(defect, dest)
+    (dest / "CARD.md").unlink()
+    return defect, dest
+
+
 def folder(name: str) -> Path:
     """The defect's folder, written once per content under the temporary directory (the name decides the content,
     so the folder is a cache: a changed generator writes a new one)."""
