@@ -4,7 +4,7 @@
     replay.py     replaying rewards and filters in the sandbox, and the figures replay compares (with noise floors)
     pentest.py    the reward pentest: does a reward pay the domain's null probes (checked before any trial)
     safety.py     the safety checks themselves (self-tests, alignment with ``verified``, diagnostics kept)
-    arbitrate.py  the evaluator's ruling on a self-test that pins a reward its verifier contradicts, and its rewrite
+    arbitrate.py  the evaluator's ruling on a self-test that pins a reward or prompt it contradicts, and its rewrite
     scoring.py    the one definition of the reward total, advantages and "did this rollout train"
     variables.py  what one edit changes (the single variable a candidate may declare)
     ref.py        ``evotrainer backtest RUN REF``: the same backtest for any commit, from the command line

@@ -158,7 +158,7 @@ def rewrite(source: str, ruling: Ruling) -> str:
     each recorded call (the same name, at the same place)."""
     name = ruling.test.partition("::")[2]
     lines = source.splitlines(keepends=True)
-    node = next((n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    node = _function(ast.parse(source), name)
     if node is None:
         raise ValueError(f"{ruling.test} is not a top-level test function of its file")
     first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
@@ -177,6 +177,11 @@ def rewrite(source: str, ruling: Ruling) -> str:
     return "".join(lines[:first]) + body + "".join(lines[node.end_lineno:])
 
 
+def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
+    """The top-level function ``name`` of a parsed file, or None."""
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
 def function_text(source: str | None, name: str) -> str | None:
     """The source of the top-level function ``name`` in ``source`` (None when absent or unparsable)."""
     if not source:
@@ -185,8 +190,24 @@ def function_text(source: str | None, name: str) -> str | None:
         tree = ast.parse(source)
     except SyntaxError:
         return None
-    node = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    node = _function(tree, name)
     return None if node is None else ast.get_source_segment(source, node)
+
+
+def harness_tests(harness_dir: Path) -> dict[str, str]:
+    """``tests/FILE.py::test_name`` -> AST dump of every top-level test function of a harness dir: what "the same
+    test" means to the gate (``safety``: tests_kept) and to the amendment (:func:`amend_files`)."""
+    out = {}
+    for path in sorted((harness_dir / "tests").glob("test_*.py")):
+        try:
+            tree = ast.parse(path.read_text())
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            out[f"tests/{path.name}"] = "<does not parse>"
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_"):
+                out[f"tests/{path.name}::{node.name}"] = ast.dump(node)
+    return out
 
 
 class Arbiter:
@@ -227,13 +248,8 @@ def amend_files(main_dir: Path, cand_dir: Path, failed: list[str], main: Harness
                 domain: str, executor: ExecLimits | None = None) -> tuple[dict[str, str], list[Ruling]]:
     """(the test files rewritten, path -> text; the rulings that rewrote them) for a candidate whose self-tests
     ``failed``: each failed test unchanged from main's that the evaluator contradicts is rewritten."""
-    unchanged = []
-    for test in failed:
-        path, _, name = test.partition("::")
-        main_file, cand_file = main_dir / path, cand_dir / path
-        if name and main_file.is_file() and cand_file.is_file() and \
-                function_text(main_file.read_text(), name) == function_text(cand_file.read_text(), name) is not None:
-            unchanged.append(test)
+    main_tests, cand_tests = harness_tests(main_dir), harness_tests(cand_dir)
+    unchanged = [t for t in failed if "::" in t and t in main_tests and cand_tests.get(t) == main_tests[t]]
     rulings = [r for r in rule(main, candidate, unchanged, domain, executor).values() if r.contradicted]
     files: dict[str, str] = {}
     for r in rulings:
@@ -272,12 +288,12 @@ def amend(repo: HarnessRepo, candidate: Candidate, *, sandbox: SandboxConfig, hi
     message = repo.message(candidate.sha)
     trailers = parse_trailers(message)
     subject, _, rest = message.strip().partition("\n")
-    body = rest.strip()
-    if trailers and body.endswith(message.strip().split("\n\n")[-1]):
-        body = body[: len(body) - len(message.strip().split("\n\n")[-1])].strip()
+    body, last = rest.strip(), message.strip().split("\n\n")[-1]  # the last paragraph holds the trailers
+    if trailers and body.endswith(last):
+        body = body[: len(body) - len(last)].strip()
     said = "\n".join(f"- {r.line()}" for r in rulings)
-    body += ("\n\nThe evaluator's arbitration rewrote main's self-test(s) this edit failed, each asserting a reward "
-             f"the domain's verifier contradicts (evotrainer/judge/arbitrate.py):\n{said}")
+    body += ("\n\nThe evaluator's arbitration rewrote main's self-test(s) this edit failed, each asserting what the "
+             f"domain's evaluator contradicts (evotrainer/judge/arbitrate.py):\n{said}")
     trailers = {**trailers, TRAILER: ", ".join(r.test for r in rulings)}
     sha = repo.commit_candidate(candidate.branch, base, {**edits, **files}, subject, body, trailers)
     return candidate.model_copy(update={"sha": sha, "files": sorted(set(candidate.files) | set(files))}), rulings

@@ -29,7 +29,6 @@ raises: one that cannot be computed fails with the reason. Try it alone:
 
 from __future__ import annotations
 
-import ast
 import re
 import shutil
 import tempfile
@@ -42,7 +41,7 @@ from evotrainer.contracts import Candidate, Check
 from evotrainer.harness.knobs import KnobsError, read_knobs
 from evotrainer.harness.repo import HarnessRepo
 from evotrainer.judge import variables
-from evotrainer.judge.arbitrate import Arbiter
+from evotrainer.judge.arbitrate import Arbiter, harness_tests
 from evotrainer.judge.replay import replay
 from evotrainer.rollouts import as_text
 from sandbox import HarnessError, HarnessWorker, attempts_log
@@ -186,25 +185,10 @@ def _with_tests_of(code_dir: Path, tests_from: Path, dest: Path) -> Path:
     return dest
 
 
-def _test_functions(harness_dir: Path) -> dict[str, str]:
-    """``tests/FILE.py::test_name`` -> AST dump of every top-level test function of a harness dir."""
-    out = {}
-    for path in sorted((harness_dir / "tests").glob("test_*.py")):
-        try:
-            tree = ast.parse(path.read_text())
-        except (SyntaxError, ValueError, UnicodeDecodeError):
-            out[f"tests/{path.name}"] = "<does not parse>"
-            continue
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_"):
-                out[f"tests/{path.name}::{node.name}"] = ast.dump(node)
-    return out
-
-
 def _main_tests(candidate: Candidate, base: Any, cand_dir: Path, hybrid: HarnessWorker,
                 arbiter: Arbiter) -> list[Check]:
     declared = candidate.variable
-    main_tests, cand_tests = _test_functions(Path(base.dir)), _test_functions(cand_dir)
+    main_tests, cand_tests = harness_tests(Path(base.dir)), harness_tests(cand_dir)
     gone = [t for t in main_tests if t not in cand_tests and not variables.covers(declared, t)]
     changed = [t for t in main_tests if t in cand_tests and cand_tests[t] != main_tests[t]
                and not variables.covers(declared, t) and not arbiter.excuses(t)]
