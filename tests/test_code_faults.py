@@ -3,10 +3,9 @@ executions of the policy-code executor (``evotrainer.domains.execute``).
 
     real          each reward defect pays a completion the evaluator's verifier rejects (the hidden tests), where
                   the clean seed's reward pays it nothing: the defect is in the overlay and it is a real one
-    pentest       the reward pentest rejects every reward defect of the catalogue but those no code null probe can
-                  see (``PENTEST_BLIND``, each said so in its card), naming the probe it pays
-    probes        the code null probes issue 41 lists (no code, a function that raises, code that exits early, code
-                  that prints what a test expects) end in the executions they stand for
+    pentest       the reward pentest rejects every reward defect of the catalogue, naming the probe it pays
+    probes        the code null probes (no code, a function that raises, code that exits early, code that never
+                  ends, code that prints what a test expects) end in the executions they stand for
     filter        drop_failed keeps only the passing rollouts of a group, whose advantages recomputed among the kept
                   are all 0, where the seed's filters leave a spread to learn from
     budget        body_cut's budget cuts every level-3 reference body and none of levels 1-2, into code that does not
@@ -34,7 +33,6 @@ from evotrainer.judge.scoring import batch_advantages
 from sandbox import HarnessWorker
 
 REWARD_DEFECTS = [n for n in faults.names("code") if faults.family(n) == "reward"]
-PENTEST_BLIND = {"timeout_credit"}  # no null probe runs past the time limit (its card says so)
 
 
 def _expected(task: dict) -> list[int]:
@@ -90,7 +88,7 @@ def test_the_defect_s_reward_pays_what_the_verifier_rejects_on_real_executions(n
         assert _total(faulty, weights, sample) == _total(clean, weights, sample) == 1.0  # a right body still earns 1
 
 
-@pytest.mark.parametrize("name", [n for n in REWARD_DEFECTS if n not in PENTEST_BLIND])
+@pytest.mark.parametrize("name", REWARD_DEFECTS)
 def test_the_pentest_rejects_the_defect_s_reward_naming_a_probe(name: str, tmp_path: Path, monkeypatch):
     monkeypatch.setattr(pentest_module, "PENTEST_TASKS", 8)  # fewer tasks, the same rule (seconds, not tens)
     harness = faults.materialize("code", name, tmp_path / name)
@@ -102,14 +100,16 @@ def test_the_pentest_rejects_the_defect_s_reward_naming_a_probe(name: str, tmp_p
 
 def test_the_code_null_probes_the_issue_lists_end_as_they_claim():
     """No code is ``no_code``; a function that raises, and code that exits the process early, ``fail``; code that
-    prints what the tests expect ``fail`` with no test passed: none is a pass, so a reward that pays one is wrong."""
-    domain = CodeDomain()
+    prints what the tests expect ``fail`` with no test passed; code that never ends ``timeout`` (a slow probe, at a
+    short limit here): none is a pass, so a reward that pays one is wrong."""
+    domain = CodeDomain(ExecLimits(time_s=0.5))
     task = domain.splits(5, {"dev": 4})["dev"][0]
     probes = domain.null_probes(task)
-    names = ["no_code", "raises", "exits_early", "prints_expected"]
+    names = ["no_code", "raises", "exits_early", "prints_expected", "never_ends"]
     runs = dict(zip(names, domain.reward_executions([task] * len(names), [probes[n] for n in names])))
-    assert runs["no_code"]["status"] == "no_code"
-    assert {runs[n]["status"] for n in names[1:]} == {"fail"} and not any(runs[n]["passed"] for n in names[1:])
+    assert runs["no_code"]["status"] == "no_code" and runs["never_ends"]["status"] == "timeout"
+    assert domain.slow_probes == ("never_ends",)
+    assert {runs[n]["status"] for n in names[1:4]} == {"fail"} and not any(runs[n]["passed"] for n in names[1:])
     assert "ended before its tests finished" in runs["exits_early"]["detail"]
     assert all(str(v) in probes["prints_expected"] for v in _expected(task))
 

@@ -4,8 +4,7 @@ transcripts replayed against the task's real environment (``ToolsDomain.transcri
     real          each reward defect pays a transcript the evaluator's verifier rejects, where the clean seed's reward
                   pays it nothing, and a right transcript still earns at least the seed's: the defect is in the
                   overlay and it is a real one
-    pentest       the reward pentest rejects every reward defect of the catalogue but those no tools null probe can
-                  see (``PENTEST_BLIND``, each said so in its card), naming the probe it pays; it passes the blind ones
+    pentest       the reward pentest rejects every reward defect of the catalogue, naming the probe it pays
     turn cap      short_cap's cap, run by the multi-turn loop on the reference transcripts, stops every two-key
                   question after its calls with no answer and lets every one-key question answer; the seed's cap
                   lets all of them answer
@@ -30,7 +29,6 @@ from evotrainer.judge import pentest as pentest_module
 from sandbox import HarnessWorker
 
 REWARD_DEFECTS = [n for n in faults.names("tools") if faults.family(n) == "reward"]
-PENTEST_BLIND = {"value_echo"}  # no null probe echoes a value the tool returned (its card says so)
 
 
 def _call(task: dict, key: str) -> str:
@@ -93,16 +91,11 @@ def test_the_defect_s_reward_pays_what_the_verifier_rejects(name: str, tmp_path:
 
 
 @pytest.mark.parametrize("name", REWARD_DEFECTS)
-def test_the_pentest_rejects_the_defect_s_reward_naming_a_probe_unless_no_probe_can_see_it(name: str, tmp_path: Path,
-                                                                                            monkeypatch):
+def test_the_pentest_rejects_the_defect_s_reward_naming_a_probe(name: str, tmp_path: Path, monkeypatch):
     monkeypatch.setattr(pentest_module, "PENTEST_TASKS", 8)  # fewer tasks, the same rule (seconds, not tens)
     harness = faults.materialize("tools", name, tmp_path / name)
     with HarnessWorker(harness) as worker:
         result = pentest_module.pentest(worker, read_knobs(harness), ToolsDomain())
-    if name in PENTEST_BLIND:  # its card says the pentest misses it: a probe that sees it must change the card
-        assert result.passed, result.detail()
-        assert "does **not** catch it" in faults.card(name)
-        return
     assert not result.passed and result.reference >= 1.0, result.detail()
     assert all(p in result.detail() for p in result.failed)
 

@@ -33,6 +33,9 @@ class Domain(ABC):
     levels: list[str]
     # task fields only the evaluator reads (hidden tests, a grader's private data): never in ``harness_task``
     hidden_fields: tuple[str, ...] = ()
+    # null probes that run until a limit stops them (a program that never ends): the reward pentest scores them on
+    # its first few tasks only (``judge.pentest.SLOW_PROBE_TASKS``), so each costs a few time limits, not one a task
+    slow_probes: tuple[str, ...] = ()
 
     def __init__(self, limits: ExecLimits | None = None) -> None:
         # the limits of the policy's own code (the run's ``executor`` section): a domain that runs it reads them

@@ -113,6 +113,7 @@ class CodeDomain(Domain):
     name = "code"
     levels = list(LEVELS)
     hidden_fields = ("hidden_tests", "answer")  # the reference body would let a reward compare text, not behaviour
+    slow_probes = ("never_ends",)  # it runs to the executor's time limit on every task it is scored on
 
     def __init__(self, limits: ExecLimits | None = None, python: str | None = None) -> None:
         super().__init__(limits)  # each program's time and memory limits (the run's executor section)
@@ -232,10 +233,11 @@ class CodeDomain(Domain):
 
     def null_probes(self, task: Task) -> dict[str, str]:
         """The generic probes, and code's: no code, a function that raises, code that exits the process early,
-        code that prints what the tests expect, a wrong body in the right form, and the constant of every example
-        (a body that returns the first example's value)."""
+        code that never ends (stopped at the executor's time limit: a slow probe), code that prints what the tests
+        expect, a wrong body in the right form, and the constant of every example (a body that returns the first
+        example's value)."""
         expected = [t["expected"] for t in task["tests"]]
         return {**super().null_probes(task), "no_code": " ", "raises": " 1 // 0",
-                "exits_early": " __import__('os')._exit(0)",
+                "exits_early": " __import__('os')._exit(0)", "never_ends": " next(i for i in iter(int, 1) if i)",
                 "prints_expected": " print(" + ", ".join(map(str, expected)) + ")",
                 "wrong_body": " x + 1000", "first_example": f" {expected[0]}"}
