@@ -6,6 +6,7 @@ outside the harness on transcripts replayed against the task's real environment.
     mechanism     each family does what its card says: a turn cap or budget a two-key transcript does not fit, a
                   reward that pays a transcript the verifier rejects (or rejects one it accepts), filters that drop
                   signal, a prompt that is not the evaluator's, a curriculum that starves levels
+    neutral       the seed is neutral, and the move back to neutral undoes every prompt and filter draw
 
 Materialization over the tools seed, validation and the self-tests of two draws of every family: the generated tests
 of tests/test_faults.py (every domain's families). Run alone: ``python -m pytest -q tests/test_tools_generated.py``.
@@ -150,3 +151,42 @@ def test_the_filter_that_keeps_only_rewarded_rollouts_leaves_no_advantage(tmp_pa
     rewards = [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     kept = [keep({"completion": "", "reward": r, "tool_calls": 1, "truncated": False}) for r in rewards]
     assert sum(kept) == 2 and all(a == 0 for a in batch_advantages(rewards, 8, "group", kept))
+
+
+# --- the neutral moves that undo the prompt and filter families (evotrainer/domains/tools/neutral.py) ----------------
+def test_the_tools_seed_is_neutral():
+    """No neutral move applies to the clean tools seed (its prompts being the evaluator's: tests/test_moves.py)."""
+    from agents.playbook import neutral_moves
+    from evotrainer.harness.repo import HARNESS_FILES
+
+    seed = {f: (seed_dir("tools") / f).read_text() for f in HARNESS_FILES}
+    assert [m.name for m in neutral_moves("tools") if m.edit(seed, read_knobs(seed_dir("tools")), {}) is not None] == []
+
+
+@pytest.mark.parametrize("family", ["tools_prompt", "tools_filter_class", "tools_filter_share"])
+def test_a_neutral_move_undoes_every_draw_of_the_prompt_and_filter_families(family: str, tmp_path: Path):
+    """The first neutral move that applies gives the evaluator's prompt, or filters that keep every rollout (tool
+    errors and turn-cap stops included: the policy's failures, which the reward scores)."""
+    from agents.playbook import neutral_moves
+    from evotrainer.harness.repo import HARNESS_FILES
+
+    domain = ToolsDomain()
+    task = domain.splits(0, {"dev": 4})["dev"][0]
+    rows = [{"completion": text, "reward": reward, "truncated": False, "group_id": f"phase-1-step-{g}-0",
+             "turns": 2, "tool_calls": 1, "tool_errors": errors, "hit_turn_cap": cap}
+            for g in range(10) for text, reward, errors, cap in
+            ((domain.reference_completion(task), 1.0, 0, False), ("get(zz)=error;3", 0.0, 1, False),
+             ("get(a)=1;" * 4, 0.0, 0, True), ("7", 0.0, 0, False))]
+    for k in range(8):
+        d, dest = _build(f"gen-tools-13-{k}", family, tmp_path / f"h{k}")
+        files = {f: (dest / f).read_text() for f in HARNESS_FILES}
+        edit = next(e for e in (m.edit(files, read_knobs(dest), {}) for m in neutral_moves("tools")) if e)
+        for name in ("prompt.py", "filters.py"):
+            (dest / name).write_text({**files, **edit}[name])
+        make = _module(dest / "prompt.py", f"neutral_prompt_{family}{k}").make_prompt
+        assert make(domain.harness_task(task)) == domain.canonical_prompt(task), d.constants
+        f = _module(dest / "filters.py", f"neutral_filters_{family}{k}")
+        if family != "tools_filter_share":  # one move: keep_rollout, or both functions
+            assert all(f.keep_rollout(r) and f.keep_group([r]) for r in rows), d.constants
+        else:
+            assert all(f.keep_group([r]) for r in rows), d.constants
