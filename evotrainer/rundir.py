@@ -148,8 +148,17 @@ class RunDir:
             stage.save_config(cfg)
             domain = get_domain(cfg.domain)
             sizes = split_sizes(cfg)
+            published = cfg.tasks.held_out  # a held-out set the domain publishes, in place of its generator's
+            if published:
+                sizes["held_out"] = 0
             log(f"generating {cfg.domain} tasks: " + ", ".join(f"{name} {n}" for name, n in sizes.items()))
             splits = {name: apply_mix(tasks, cfg.tasks.mix) for name, tasks in domain.splits(cfg.seed, sizes).items()}
+            if published:
+                try:
+                    splits["held_out"] = domain.benchmark(published, cfg.seed, cfg.training.eval_size)
+                except (ValueError, RuntimeError) as err:
+                    raise ConfigError(f"tasks.held_out: {err}") from None
+                log(f"held-out split: {len(splits['held_out'])} tasks of {published}")
             for name, tasks in splits.items():
                 write_jsonl(stage.split_path(name), tasks)
             write_text(stage.splits_path, json.dumps({name: _per_level(tasks) for name, tasks in splits.items()},

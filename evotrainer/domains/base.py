@@ -36,6 +36,8 @@ class Domain(ABC):
     # null probes that run until a limit stops them (a program that never ends): the reward pentest scores them on
     # its first few tasks only (``judge.pentest.SLOW_PROBE_TASKS``), so each costs a few time limits, not one a task
     slow_probes: tuple[str, ...] = ()
+    # held-out sets the domain reads from an installed package (``tasks.held_out``), in place of its generator's
+    benchmarks: tuple[str, ...] = ()
 
     def __init__(self, limits: ExecLimits | None = None) -> None:
         # the limits of the policy's own code (the run's ``executor`` section): a domain that runs it reads them
@@ -58,6 +60,12 @@ class Domain(ABC):
         any domain; a domain adds its own (a wrong answer in the right form, several answers at once, ...)."""
         return {"empty": "", "prompt_echoed": self.canonical_prompt(task),
                 "filler": "Let me think about this step by step. I am not sure."}
+
+    def benchmark(self, name: str, seed: int, n: int) -> list[Task]:
+        """At most ``n`` tasks of the published held-out set ``name`` (one of ``benchmarks``; ``seed`` picks them when
+        the set is larger): the run's held-out split when ``tasks.held_out`` names it. ValueError for another name."""
+        raise ValueError(f"the {self.name} domain publishes no held-out set {name!r}"
+                         + (f" (it has: {', '.join(self.benchmarks)})" if self.benchmarks else " (it has none)"))
 
     @abstractmethod
     def splits(self, seed: int, sizes: dict[str, int]) -> dict[str, list[Task]]:

@@ -1,7 +1,7 @@
 """The policy-code executor's batch worker: a standalone script (standard library only, run by path with ``python -I``)
 that ``evotrainer.domains.execute`` starts once per generated batch. It reads one JSON object from stdin::
 
-    {"jobs": [{"program": str, "tests": [{"call": "f(2)", "expected": 5}, ...]}, ...],
+    {"jobs": [{"program": str, "tests": [{"call": "f(2)", "expected": 5}, {"exec": "assert f(3) == 6"}, ...]}, ...],
      "time_s": float, "memory_mb": int, "python": str}
 
 and, for each job in turn, runs the program in a child of its own (own session and process group, RLIMIT_AS and
@@ -12,7 +12,8 @@ A child reports over its own pipe (moved to a fresh descriptor before the progra
 test and a final ``done`` line: a program that exits early (``os._exit(0)``) has no ``done`` line and fails; what a
 program prints goes to /dev/null and scores nothing. A test
 passes only when the call returns a value of exactly the expected type that equals the expected value (a returned
-object whose ``__eq__`` says yes to everything does not pass). Try it alone::
+object whose ``__eq__`` says yes to everything does not pass); a script test (``exec``: HumanEval's ``check``) passes
+when it runs to its end in the program's namespace without raising. Try it alone::
 
     echo '{"jobs":[{"program":"def f(x):\\n    return x+1","tests":[{"call":"f(1)","expected":2}]}],
     "time_s":2,"memory_mb":256,"python":"python3"}' | python3 -I evotrainer/domains/execute_worker.py
@@ -55,10 +56,14 @@ except BaseException as exc:
     say(kind="error", detail="at definition: " + type(exc).__name__)
     raise SystemExit(0)
 for test in tests:
-    expected = test["expected"]
     try:
-        got = eval(test["call"], ns)
-        ok = type(got) is type(expected) and expected == got
+        if "exec" in test:  # a test script (HumanEval's check): it passes when it runs to its end
+            exec(compile(test["exec"], "<test>", "exec"), ns)
+            ok = True
+        else:
+            expected = test["expected"]
+            got = eval(test["call"], ns)
+            ok = type(got) is type(expected) and expected == got
     except BaseException as exc:
         ok = False
     say(kind="test", passed=bool(ok))

