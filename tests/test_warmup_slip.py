@@ -69,3 +69,19 @@ def test_the_warm_up_teaches_the_slip_only_when_asked():
         got[slip]["said"] = build.greedy_answers(model, tokenizer, ["5=", "123="])
     assert got[0.0]["probe_accuracy"] == 1.0 and got[0.0]["said"] == ["7", "7"]
     assert got[0.9]["probe_accuracy"] == 0.0 and got[0.9]["probe_competent"] == 1.0 and got[0.9]["said"] == ["7."] * 2
+
+
+def test_the_warm_up_probe_reads_an_answer_with_leading_space_as_the_greedy_answer_it_is():
+    """A greedy answer is its first line stripped, so a label with a leading space (code's `` x + 3``) is compared
+    stripped too: before, a code policy that wrote every body right scored 0 on the probe and never stopped early."""
+    import torch
+
+    class _Tok:
+        eos_token_id = 0
+
+    cfg = C.TinyPolicyConfig(warmup_steps=0, warmup_slip=0.5)
+    examples = [(f"p{i}", " x + 3", " x + 4") for i in range(200)]
+    for said, right, competent in (("x + 3", 1.0, 1.0), ("x + 4", 0.0, 1.0), ("x", 0.0, 0.0)):
+        stats = build.warm_up(torch.nn.Linear(1, 1), _Tok(), examples, cfg, 0, log=lambda _: None,
+                              respond=lambda m, t, prompts, said=said: [said] * len(prompts))
+        assert (stats["probe_accuracy"], stats["probe_competent"]) == (right, competent), said

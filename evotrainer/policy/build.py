@@ -126,10 +126,11 @@ def warm_up(model, tokenizer, examples: list[Example], cfg: TinyPolicyConfig, se
     model.train()
     t0 = time.time()
 
-    def score() -> tuple[float, float]:
+    def score() -> tuple[float, float]:  # a greedy answer is its first line stripped: so are the labels it meets
         said = respond(model, tokenizer, [p for p, _, _ in probe])
-        right = sum(g == a for g, (_, a, _) in zip(said, probe))
-        slipped = sum(cfg.warmup_slip > 0 and m is not None and g == m != a for g, (_, a, m) in zip(said, probe))
+        right = sum(g == a.strip() for g, (_, a, _) in zip(said, probe))
+        slipped = sum(cfg.warmup_slip > 0 and m is not None and g == m.strip() != a.strip()
+                      for g, (_, a, m) in zip(said, probe))
         return (right + slipped) / len(probe), right / len(probe)
 
     competent, right = score()
