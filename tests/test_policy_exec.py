@@ -64,3 +64,18 @@ def test_syntax_errors_and_missing_code_have_their_own_status():
 def test_a_broken_executor_is_a_grader_error_never_a_wrong_answer():
     runs = run_batch([("def f(x):\n    return x + 3", TESTS)] * 2, FAST, python="/nonexistent/python3")
     assert count_statuses(runs)["grader_error"] == 2
+
+
+def test_a_forked_child_and_a_new_interpreter_give_every_program_the_same_execution():
+    """Each program's child is forked from the batch worker by default (no interpreter start); a new interpreter
+    (``fork=False``) must give the same status and passes for every way a program ends, and neither can import a
+    third-party package (as ``python -S``)."""
+    programs = ["def f(x):\n    return x + 3", "def f(x):\n    return x + 2", "def f(x):\n    return 1 // 0",
+                "def f(x):\n    return (", "def f(x):\n    while True:\n        pass",
+                "import os\nos._exit(0)", "def f(x):\n    b = bytearray(1 << 30)\n    return x + 3",
+                "def f(x):\n    print(5)\n    print(10)", "import pytest\ndef f(x):\n    return x + 3", None]
+    jobs = [(p, TESTS) for p in programs]
+    forked, spawned = run_batch(jobs, FAST), run_batch(jobs, FAST, fork=False)
+    assert [(e.status, e.passed) for e in forked] == [(e.status, e.passed) for e in spawned]
+    assert [e.status for e in forked] == ["ok", "fail", "fail", "syntax_error", "timeout", "fail", "fail", "fail",
+                                          "fail", "no_code"]

@@ -87,9 +87,12 @@ def backend_of(limits: ExecLimits) -> str:
     return "process"
 
 
-def run_batch(jobs: list[Job], limits: ExecLimits | None = None, python: str | None = None) -> list[Execution]:
+def run_batch(jobs: list[Job], limits: ExecLimits | None = None, python: str | None = None,
+              fork: bool = True) -> list[Execution]:
     """Run every (program, tests) pair of one batch in one fresh worker; one :class:`Execution` per job, in order.
-    ``python`` is the interpreter the programs run under (default: this one). Never raises for what a program does:
+    ``python`` is the interpreter the programs run under (default: this one); ``fork`` forks each program's child
+    from the worker rather than starting a new interpreter (the same limits; off only to measure the difference:
+    ``benchmarks/executor_throughput.py``). Never raises for what a program does:
     a failure of the executor itself is ``grader_error`` on each job it left unanswered."""
     limits = limits or ExecLimits()
     out: list[Execution | None] = [None] * len(jobs)
@@ -100,14 +103,14 @@ def run_batch(jobs: list[Job], limits: ExecLimits | None = None, python: str | N
         else:
             todo.append(i)
     if todo:
-        answers = _run_worker([jobs[i] for i in todo], limits, python or sys.executable)
+        answers = _run_worker([jobs[i] for i in todo], limits, python or sys.executable, fork)
         for i, answer in zip(todo, answers):
             out[i] = answer
     return [e for e in out if e is not None]
 
 
-def _run_worker(jobs: list[Job], limits: ExecLimits, python: str) -> list[Execution]:
-    request = {"jobs": [{"program": p, "tests": t} for p, t in jobs], "time_s": limits.time_s,
+def _run_worker(jobs: list[Job], limits: ExecLimits, python: str, fork: bool = True) -> list[Execution]:
+    request = {"jobs": [{"program": p, "tests": t} for p, t in jobs], "time_s": limits.time_s, "fork": fork,
                "memory_mb": limits.memory_mb, "python": python}
     prefix = _UNSHARE if backend_of(limits) == "unshare" else []
     budget = len(jobs) * (limits.time_s + 2.0) + 10.0  # each program's limit plus its start and reaping
