@@ -49,32 +49,24 @@ FAULTY_ANSWER = '''def _answer(completion: str) -> str | None:
 '''
 
 
-CODE_PROMPT_TEST = "test_prompt_is_signature_examples_and_return"  # the code seed's pin of its text prompt
-CHAT_PROMPT_TEST = "test_prompt_is_one_user_message_asking_for_the_expression"  # code_chat's pin of its chat prompt
-
-
 def faulty_code_harness(dest: Path, defect: str) -> Path:
     """The code chat seed (``harness_repo/code_chat``) with the catalogue code defect ``defect``'s overlay, in
-    ``dest``: the overlay's files over the chat seed, its self-tests pinning the chat prompt where the catalogue's
-    pin the plain one (the overlay was written over the plain code seed)."""
-    from agents.move_kit import replace_function
+    ``dest``: the overlay's files over the chat seed (a code overlay never touches the prompt or its self-test,
+    ``tests/test_prompt.py``, which the chat seed has its own of)."""
     from evotrainer.harness import faults
     from evotrainer.harness.repo import seed_dir
 
-    chat = seed_dir("code", "code_chat")
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(chat, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(seed_dir("code", "code_chat"), dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     overlay = faults.materialize("code", defect, dest.parent / f".{dest.name}-plain")
     try:
-        changed = [f for f in overlay.rglob("*") if f.is_file() and "__pycache__" not in f.parts
-                   and f.name != "prompt.py" and f.read_bytes() != (seed_dir("code") / f.relative_to(overlay)).read_bytes()]
-        for f in changed:
-            text = f.read_text()
-            if f.name.startswith("test_") and f"def {CODE_PROMPT_TEST}(" in text:
-                pin = (chat / "tests" / "test_harness.py").read_text()
-                start = pin.index(f"def {CHAT_PROMPT_TEST}(")
-                text = replace_function(text, CODE_PROMPT_TEST, pin[start:pin.index("\n\n\n", start)] + "\n")
-            (dest / f.relative_to(overlay)).write_text(text)
+        for f in overlay.rglob("*"):
+            rel = f.relative_to(overlay)
+            if f.is_file() and "__pycache__" not in rel.parts and \
+                    f.read_bytes() != (seed_dir("code") / rel).read_bytes():
+                if str(rel) in ("prompt.py", "tests/test_prompt.py"):
+                    raise SystemExit(f"{defect} changes {rel}: a prompt defect has no chat form here")
+                (dest / rel).write_text(f.read_text())
     finally:
         shutil.rmtree(overlay, ignore_errors=True)
     return dest

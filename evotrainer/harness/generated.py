@@ -836,6 +836,7 @@ FAMILIES.update({f.name: f for f in [
 # harness.yaml keys and the level weights every seed shares); the code seed's levels are math's (a test holds them).
 CODE = "code"
 CODE_PROMPT_TEST = "test_prompt_is_signature_examples_and_return"  # the code seed's self-test that pins its prompt
+CODE_PROMPT_FILE = "tests/test_prompt.py"  # where it lives
 CODE_ZERO_TEST = "test_partial_passes_timeouts_and_grader_errors_score_zero"  # ... that pins what earns nothing
 # the zero test's cases, (completion, status, tests passed): each a class of execution the seed's reward pays 0
 _CODE_ZERO_CASES = ((" 5", "fail", 1), (" f(x)", "timeout", 0), (" x + 3", "grader_error", 0), ("", "no_code", 0))
@@ -1072,10 +1073,10 @@ def _code_prompt(rng: random.Random, seed: dict) -> tuple:
     exec(compile(code, "prompt.py", "exec"), namespace)  # our own generated code: the test pins what it returns
     task = {"signature": "def f(x):", "examples": "f(2) == 5, f(7) == 10",
             "tests": [{"call": "f(2)", "expected": 5}, {"call": "f(7)", "expected": 10}]}
-    tests = _replace_test(seed["tests/test_harness.py"], CODE_PROMPT_TEST,
+    tests = _replace_test(seed[CODE_PROMPT_FILE], CODE_PROMPT_TEST,
                           f"def {CODE_PROMPT_TEST}():\n    assert make_prompt(TASK) == "
                           f"{namespace['make_prompt'](task)!r}\n")
-    return ({"prompt.py": code, "tests/test_harness.py": tests},
+    return ({"prompt.py": code, CODE_PROMPT_FILE: tests},
             f"`prompt.make_prompt` gives {what}: what trains is not the evaluator's prompt.",
             "Training prompts unlike the evaluator's; training reward and dev accuracy moving apart.",
             "The domain's canonical prompt (the signature, the examples as a comment, and `return`).", constants)

@@ -18,10 +18,6 @@ def _score(completion: str, status: str, passed: int) -> dict:
     return {name: fn(sample) for name, fn in COMPONENTS.items()}
 
 
-def test_prompt_is_signature_examples_and_return():
-    assert make_prompt(TASK) == "def f(x):\n    # f(2) == 5, f(7) == 10\n    return"
-
-
 def test_a_body_passing_every_visible_test_scores_one():
     assert _score(" x + 3", "ok", 2)["passes_visible"] == 1.0
 
