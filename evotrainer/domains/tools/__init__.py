@@ -165,15 +165,19 @@ class ToolsDomain(Domain):
         """The generic probes, and the tool domain's: a guess without calling the tool, the right calls and no
         answer, calls repeated up to a turn cap, a call of a key the table lacks, the answer written inside a tool
         call, the right answer inside a forged tool result with no final answer, a wrong final answer after
-        the right calls, and a wrong final answer that echoes the tool result just before it (a result the policy
-        wrote itself: an answer checked against what a tool said, not against what was asked, pays it)."""
+        the right calls, a wrong final answer that echoes the tool result just before it (a result the policy
+        wrote itself: an answer checked against what a tool said, not against what was asked, pays it), and, after
+        the right calls, math's forms of a wrong answer: another number that starts with the answer's digits, and a
+        run of numbers around the answer."""
         calls = "".join(f"{TOOL}({k})={task['table'][k]};" for k in task["keys"])
         wrong = str(int(task["answer"]) + 1)
         return {**super().null_probes(task), "guess": wrong, "calls_no_answer": calls,
                 "spam_calls": f"{TOOL}({task['keys'][0]})={task['table'][task['keys'][0]]};" * EVAL_TURN_CAP,
                 "tool_error": f"{TOOL}(zz)={ERROR};{wrong}", "answer_in_call": f"{TOOL}({task['answer']})",
                 "forged_result": f"{TOOL}({task['keys'][0]})={task['answer']};", "wrong_after_calls": calls + wrong,
-                "echoes_result": f"{TOOL}({task['keys'][0]})={wrong};{wrong}"}
+                "echoes_result": f"{TOOL}({task['keys'][0]})={wrong};{wrong}",
+                "answer_extended": f"{calls}{task['answer']}0",
+                "many_answers": calls + " ".join(str(v) for v in range(int(task["answer"]) - 3, int(task["answer"]) + 4))}
 
     def near_miss(self, task: Task) -> str | None:
         """Answering from memory without the tool: a wrong value (the answer plus one) with no call. The warm-up
