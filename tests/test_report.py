@@ -592,3 +592,29 @@ def test_an_edit_that_showed_no_effect_on_main_is_not_retried_on_the_same_main(r
     assert dud, "the FAST run's first edit (drop zero-variance groups) changes no update"
     later = [(c["base_sha"], c["intervention"]) for c in cands.values() if c["phase"] == 2]
     assert not set(dud) & set(later), (dud, later)
+
+
+def test_rollout_outcomes_count_executor_statuses_visible_pass_hidden_fail_and_turns():
+    """A code phase's rollouts: each executor status counted, a body that passed its visible tests and failed the
+    hidden ones counted apart, a grader error counted (never a wrong answer); a tools phase's turn figures; a math
+    phase has neither, and the report shows the table only where one of them exists."""
+    from evotrainer.report import collect as report_collect, html as report_html
+
+    def run(status, verified, grader=False):
+        extra = {"execution": {"status": status, "passed": 0, "total": 2, "detail": ""}}
+        return {"verified": verified, "extra": {**extra, **({"grader_error": True} if grader else {})}}
+
+    code = [run("ok", True), run("ok", False), run("fail", False), run("timeout", False),
+            run("grader_error", False, grader=True)]
+    got = report_collect.outcomes(code)
+    assert got["statuses"] == {"ok": 2, "fail": 1, "timeout": 1, "syntax_error": 0, "no_code": 0, "grader_error": 1}
+    assert (got["rollouts"], got["verified"], got["visible_pass_hidden_fail"], got["grader_errors"]) == (5, 1, 1, 1)
+    tools = [{"verified": True, "turns": 3, "tool_calls": 2, "tool_errors": 0, "hit_turn_cap": False},
+             {"verified": False, "turns": 4, "tool_calls": 4, "tool_errors": 1, "hit_turn_cap": True}]
+    assert {k: report_collect.outcomes(tools)[k] for k in ("tool_calls", "tool_errors", "turn_cap_hits")} == \
+        {"tool_calls": 6, "tool_errors": 1, "turn_cap_hits": 1}
+    math = report_collect.outcomes([{"verified": True, "extra": {}}])
+    assert math == {"rollouts": 1, "verified": 1}
+    page = report_html.outcomes({"outcomes": {1: got, 2: report_collect.outcomes(code[:2])}})
+    assert "visible pass, hidden fail" in page and "grader errors" in page and "tool calls" not in page
+    assert report_html.outcomes({"outcomes": {}}) == ""

@@ -18,6 +18,9 @@ module only reads; ``html.py`` and ``charts.py`` render and write. The sources:
     pentest             events.jsonl: the seed harness's reward pentest at init (``judge.pentest``), shown when a
                         null probe is paid
     samples             per phase the best, the worst and a truncated rollout
+    outcomes            per phase the rollouts verified; for policy code the executor's statuses, the
+                        visible-pass / hidden-fail count and grader errors; for multi-turn rollouts tool calls,
+                        tool errors and turn-cap stops (``outcomes``)
 
     bench               when the run is one arm of ``evotrainer bench`` (``BENCH/<arm>-seed<N>``): every arm of
                         the same seed, held-out accuracy per phase, on one chart; the bench's table when written
@@ -147,8 +150,31 @@ def rollout_summary(path: Path) -> dict:
         cut = next((r for r in rows if r["truncated"]), None)
         if cut is not None:
             samples.append(_sample(cut, "truncated"))
-        _rollout_cache[key] = {"per_step": per_step, "samples": samples, "rollouts": len(rows)}
+        _rollout_cache[key] = {"per_step": per_step, "samples": samples, "rollouts": len(rows),
+                               "outcomes": outcomes(rows)}
     return _rollout_cache[key]
+
+
+def outcomes(rows: list[dict]) -> dict:
+    """One phase's rollouts by what happened to them: verified, and where the domain runs policy code the executor's
+    statuses on the visible tests (``execution``), the visible-pass / hidden-fail count (every visible test passed,
+    the hidden ones did not: what a reward on the visible tests pays and the evaluator rejects) and the grader errors
+    (never scored as wrong answers); where rollouts are multi-turn, tool calls, tool errors and turn-cap stops."""
+    from evotrainer.domains.execute import STATUSES
+
+    out: dict = {"rollouts": len(rows), "verified": sum(bool(r.get("verified")) for r in rows)}
+    runs = [(r.get("extra") or {}).get("execution") for r in rows]
+    if any(runs):
+        statuses = [e.get("status") for e in runs if e]
+        out["statuses"] = {name: statuses.count(name) for name in STATUSES}
+        out["visible_pass_hidden_fail"] = sum(bool(e) and e.get("status") == "ok" and not r.get("verified")
+                                              for r, e in zip(rows, runs))
+        out["grader_errors"] = sum(bool((r.get("extra") or {}).get("grader_error")) for r in rows)
+    if any(r.get("turns", 1) > 1 or r.get("tool_calls") for r in rows):
+        out["tool_calls"] = sum(r.get("tool_calls", 0) for r in rows)
+        out["tool_errors"] = sum(r.get("tool_errors", 0) for r in rows)
+        out["turn_cap_hits"] = sum(bool(r.get("hit_turn_cap")) for r in rows)
+    return out
 
 
 def _candidate(repo: HarnessRepo, sha: str) -> dict:
@@ -255,12 +281,13 @@ def collect(rd: RunDir) -> dict[str, Any]:
     cfg = rd.load_config()
     results = phase_results(rd)
     repo = HarnessRepo(rd.harness)
-    samples, steps = {}, []
+    samples, steps, seen = {}, [], {}
     for r in results:
         path = rd.rollout_file(r.phase)
         if path.is_file():
             summary = rollout_summary(path)
             samples[r.phase] = summary["samples"]
+            seen[r.phase] = summary["outcomes"]
             steps += [{**s, "phase": r.phase, "x": r.phase - 1 + s["step"] / max(r.steps, 1)}
                       for s in summary["per_step"]]
     agents, used_by = agent_usage(rd)
@@ -281,6 +308,7 @@ def collect(rd: RunDir) -> dict[str, Any]:
         "skills": skills(rd.skills_path(cfg), used_by),
         "agents": agents,
         "samples": samples,
+        "outcomes": seen,
         "bench": bench_arms(rd),
         "pentest": seed_pentest(rd),
     }

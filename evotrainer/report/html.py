@@ -200,6 +200,32 @@ def agents(d: dict) -> str:
             + (f"<p>total LLM cost ${total_cost:.4f}</p>" if total_cost else ""))
 
 
+def outcomes(d: dict) -> str:
+    """Per phase: rollouts verified, the executor's statuses (policy code) and the turn figures (multi-turn)."""
+    seen = d.get("outcomes") or {}
+    if not seen:
+        return ""
+    runs = any("statuses" in o for o in seen.values())
+    turns = any("tool_calls" in o for o in seen.values())
+    names = next((list(o["statuses"]) for o in seen.values() if "statuses" in o), [])
+    head = ["phase", "rollouts", "verified", *names, *(["visible pass, hidden fail", "grader errors"] if runs else []),
+            *(["tool calls", "tool errors", "turn-cap stops"] if turns else [])]
+    rows = []
+    for phase, o in sorted(seen.items()):
+        row = [str(phase), str(o["rollouts"]), str(o["verified"])]
+        if runs:
+            row += [str(o.get("statuses", {}).get(n, "-")) for n in names]
+            row += [str(o.get("visible_pass_hidden_fail", "-")), str(o.get("grader_errors", "-"))]
+        if turns:
+            row += [str(o.get(k, "-")) for k in ("tool_calls", "tool_errors", "turn_cap_hits")]
+        rows.append(row)
+    note = ("<p class=note>what happened to each phase's rollouts: the executor's status of each program on the "
+            "visible tests, those that passed every visible test and failed the hidden ones (a reward on the visible "
+            "tests pays them, the evaluator does not), and grader errors, never scored as wrong answers</p>" if runs
+            else "<p class=note>what happened to each phase's rollouts</p>")
+    return f'<h2 id="outcomes">Rollout outcomes</h2>{note}' + _table(head, rows, set(range(1, len(head))))
+
+
 def samples(d: dict) -> str:
     parts = ['<h2 id="samples">Sample rollouts</h2><p class=note>per phase: the best and the worst reward, and a '
              "truncated completion when there was one</p>"]
@@ -246,7 +272,7 @@ def render(d: dict) -> str:
             charts.training(d["phases"]) if has else "", bench(d),
             '<h2 id="health">Health</h2>', health_notes(d),
             charts.health(d["phases"], d["steps"], d["unlogged"]) if has else "",
-            lineage(d), skills(d), agents(d), samples(d)]
+            lineage(d), skills(d), agents(d), outcomes(d), samples(d)]
     text = resources.files("evotrainer.report").joinpath(TEMPLATE).read_text(encoding="utf-8")
     return Template(text).substitute(title=esc(f"EvoTrainer report: {d['run']['name']}"), body="\n".join(body))
 
