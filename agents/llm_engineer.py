@@ -4,7 +4,7 @@ search/replace blocks (:mod:`agents.edits`), one hypothesis and one variable per
 The answer is checked before anything is committed: every block applies exactly and the result compiles (else the
 problems go back to the model, ``retries`` times), the blocks change only the one variable the candidate declares
 (what a variable covers is :mod:`evotrainer.judge.variables`' rule, the one the backtest's safety check applies), the
-diagnosis id is a confirmed one, the target metric is one the backtest measures, the intervention was not tried
+diagnosis id is a confirmed one, the target metric is one the effect step measures, the intervention was not tried
 this phase, one offered as a subtraction is one (:func:`evotrainer.harness.edits.subtraction_problem`: it reverts
 an earlier promotion or only deletes), and, when the run is stalled, the edit changes a layer not edited during the
 stall or is a subtraction. Each accepted candidate is committed with the trailers by
@@ -52,10 +52,13 @@ class EngineerAnswer(BaseModel):
 
 
 def target_metrics() -> list[str]:
-    """The metrics a backtest measures on replay (the A/B trial then judges accuracy on a probe of the dev split)."""
-    from evotrainer.judge.replay import METRICS
+    """The metrics a candidate may name as its target: every one the effect step measures on the phase it trains
+    (``loop.effect.measurable``: replay figures, which the backtest also measures on replay, behaviour figures such as
+    ``format_failure_rate`` and ``turn_cap_rate``, and group figures). The A/B trial judges accuracy on a probe of
+    the dev split whatever the target."""
+    from evotrainer.loop.effect import measurable
 
-    return sorted(METRICS)
+    return measurable()
 
 
 def api_doc(domain: str) -> str:

@@ -447,3 +447,26 @@ def test_engineer_is_told_what_lost_its_trial_on_this_main_and_a_retry_is_sent_b
         calls[0]["messages"][1]["content"]
     assert "candidate 1: skip_flat lost its A/B trial on this main before" in last_user(calls[1]["messages"])
     assert cand.intervention == "skip_flat_v2"
+
+
+def test_engineer_may_target_any_metric_the_effect_step_measures_and_nothing_else(tmp_path, repo):
+    """A behaviour figure (``turn_cap_rate``), which replay cannot measure but the effect step does, is a target the
+    Engineer may name; a name nothing measures goes back to the model."""
+    from agents.llm_engineer import target_metrics
+    from evotrainer import behaviour
+    from evotrainer.judge.replay import METRICS
+
+    assert set(METRICS) | set(behaviour.FIGURES) <= set(target_metrics())
+    ev = evidence(tmp_path, repo)
+    (d,) = [x.model_copy(update={"status": "confirmed"}) for x in HeuristicDiagnostician().diagnose(ev)
+            if x.failure_mode == "dead_groups"]
+    unknown = {**proposal(d.id, "skip_flat", "filters.keep_group", [("filters.py", KEEP_GROUP, SPREAD)]),
+               "target_metric": "happiness"}
+    behaviour_target = {**unknown, "target_metric": "format_failure_rate"}
+    answers = iter([{"candidates": [unknown]}, {"candidates": [behaviour_target]}])
+    ctx = EngineerContext(phase=1, round=1, repo=repo, base_sha=repo.sha("main"), knobs=ev.knobs, domain="math")
+    with scripted(lambda model, messages: json.dumps(next(answers))) as calls:
+        (cand,) = LLMEngineer(llm_ctx(tmp_path), HeuristicEngineer()).propose([d], ctx, {})
+    assert "target_metric 'happiness' is not one of the listed metrics" in last_user(calls[1]["messages"])
+    assert "format_failure_rate" in calls[0]["messages"][1]["content"]
+    assert cand.target_metric == "format_failure_rate"

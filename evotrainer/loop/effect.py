@@ -70,6 +70,12 @@ def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult, starts: di
                                                   for r in range(1, seeds)]
 
 
+def measurable() -> list[str]:
+    """Every target metric :func:`measure` reads (a candidate may name any as the metric it moves): the replay
+    figures, the behaviour figures and the figures of ``group_stats``."""
+    return sorted({*METRICS, *behaviour.FIGURES, *group_stats([])})
+
+
 def measure(metric: str, rows: list[dict], domain: Domain | None = None) -> float | None:
     """A target metric of rollout rows (with ``trained`` set): a replay figure (``judge.replay.METRICS``), a figure of
     ``group_stats``, or, with the rows' domain, a behaviour figure (``evotrainer.behaviour``); None for another name."""
