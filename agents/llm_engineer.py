@@ -53,10 +53,10 @@ class EngineerAnswer(BaseModel):
 
 def target_metrics() -> list[str]:
     """The metrics a candidate may name as its target: every one the effect step measures on the phase it trains
-    (``loop.effect.measurable``: replay figures, which the backtest also measures on replay, behaviour figures such as
+    (``judge.targets.measurable``: replay figures, which the backtest also measures on replay, behaviour figures such as
     ``format_failure_rate`` and ``turn_cap_rate``, and group figures). The A/B trial judges accuracy on a probe of
     the dev split whatever the target."""
-    from evotrainer.loop.effect import measurable
+    from evotrainer.judge.targets import measurable
 
     return measurable()
 

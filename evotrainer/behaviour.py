@@ -1,7 +1,7 @@
 """Behaviour figures of rollouts: what the policy's completions do, read through their domain, one definition each.
 
 The Diagnostician (``agents.diagnostician``) alerts on them, moves name them as their target metric, and the effect
-step measures them (``evotrainer.loop.effect.measure``), so an alert, a move's promise and its realized effect are one
+step measures them (``evotrainer.judge.targets.measure``), so an alert, a move's promise and its realized effect are one
 figure.
 Each is a ratio of per-group sums (:func:`parts`: a group's (numerator, denominator)), as ``rollouts.group_parts``:
 
@@ -12,7 +12,7 @@ needless_call_share   tool calls the task does not need, over all tool calls (``
 They read rollout rows only (completion, difficulty, verified and the turn fields: ``rollouts.TURN_DEFAULTS`` where a
 single-turn store has none), never a harness's decisions, so replaying another harness on the same completions leaves
 them unchanged: the backtest's replay cannot measure a move that targets one (as with ``truncation_rate``); the trial
-and the effect step, on the phase it trains (``evotrainer.loop.effect.measure``), do.
+and the effect step, on the phase it trains (``evotrainer.judge.targets.measure``), do.
 
 Alone: ``python -m evotrainer.behaviour RUN_DIR PHASE [DOMAIN]`` prints the figures of a phase's rollouts.
 """

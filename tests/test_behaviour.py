@@ -1,5 +1,5 @@
 """Target metrics are measured from rollout rows: every metric a move promises to move, in every domain, is a figure
-the effect step computes (``evotrainer.loop.effect.measure``), and the behaviour figures (``evotrainer.behaviour``)
+the effect step computes (``evotrainer.judge.targets.measure``), and the behaviour figures (``evotrainer.behaviour``)
 count what they say on synthetic rows, the same figure the Diagnostician alerts on."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from agents.playbook import for_domain
 from evotrainer import behaviour
 from evotrainer.domains import DOMAINS, get_domain
 from evotrainer.judge.scoring import trained
-from evotrainer.loop.effect import measure
+from evotrainer.judge.targets import measure
 from tests.conftest import rollouts
 from tests.test_tool_modes import TASKS, found, tool_rows, tools_evidence, transcript
 

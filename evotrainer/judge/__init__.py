@@ -7,5 +7,6 @@
     arbitrate.py  the evaluator's ruling on a self-test that pins a reward or prompt it contradicts, and its rewrite
     scoring.py    the one definition of the reward total, advantages and "did this rollout train"
     variables.py  what one edit changes (the single variable a candidate may declare)
+    targets.py    the target metrics a candidate may declare, and how each is measured on rollouts
     ref.py        ``evotrainer backtest RUN REF``: the same backtest for any commit, from the command line
 """

@@ -15,16 +15,15 @@ import time
 
 from evotrainer import behaviour
 from evotrainer.contracts import EvalResult, PhaseResult, Promotion
-from evotrainer.domains import Domain, get_domain
-from evotrainer.judge.replay import METRICS
+from evotrainer.domains import get_domain
 from evotrainer.judge.scoring import trained
+from evotrainer.judge.targets import measure
 from evotrainer.loop import escalation
 from evotrainer.loop.evidence import EvidenceCache
 from evotrainer.loop.promote import undo
 from evotrainer.loop.runtime import Runtime
 from evotrainer.loop.state import RunState
 from evotrainer.metrics import paired_gain, unpaired_margin, wilson
-from evotrainer.rollouts import group_stats
 from evotrainer.trainer.client import TrainerError
 
 
@@ -68,24 +67,6 @@ def counterfactual(rt: Runtime, promo: Promotion, after: PhaseResult, starts: di
             rt.emit("counterfactual", phase=phase, branch=promo.branch, runs=len(scored), completions=spent)
     return [(scored[without, 0], after.dev)] + [(scored[without, r], scored[after.harness_sha, r])
                                                   for r in range(1, seeds)]
-
-
-def measurable() -> list[str]:
-    """Every target metric :func:`measure` reads (a candidate may name any as the metric it moves): the replay
-    figures, the behaviour figures and the figures of ``group_stats``."""
-    return sorted({*METRICS, *behaviour.FIGURES, *group_stats([])})
-
-
-def measure(metric: str, rows: list[dict], domain: Domain | None = None) -> float | None:
-    """A target metric of rollout rows (with ``trained`` set): a replay figure (``judge.replay.METRICS``), a figure of
-    ``group_stats``, or, with the rows' domain, a behaviour figure (``evotrainer.behaviour``); None for another name."""
-    if metric in METRICS:
-        return METRICS[metric](rows)
-    if metric in behaviour.FIGURES:
-        if domain is None:
-            raise ValueError(f"{metric} reads the completions through their domain: pass it")
-        return behaviour.figure(metric, domain)(rows)
-    return group_stats(rows).get(metric)
 
 
 def realized_effect(evidence: EvidenceCache, promo: Promotion, results: list[PhaseResult],
