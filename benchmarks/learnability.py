@@ -5,8 +5,8 @@ see anything (a harness can only amplify learning that training produces).
     python benchmarks/learnability.py runs/learn/static-seed*        # any run directories that trained
 
 For each run it prints, per level of the held-out split: the accuracy of the starting policy, after each phase, and
-the gain from the start to the last phase paired per item with its 95% interval (``metrics.paired_gain``); with
-several runs, also the gain pooled over them (runs as replicates, then items). A level whose interval holds 0
+the gain from the start to the last phase paired per item with its 95% interval (``metrics.paired_gain``), per level
+and over all levels; with several runs, also the gain pooled over them (runs as replicates, then items). A level whose interval holds 0
 taught nothing at that budget. ``--tolerant`` reads the tolerant score instead (``EvalResult.tolerant``: formatting
 slips such as the warm-up's trailing period forgiven), so a gain there is more than the answer's form
 (docs/preregistration/tolerant-learning.md). ``--json PATH`` writes the figures. It reads the runs' files only:
@@ -69,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
             path = " -> ".join(f"{acc:.1%}" for acc in lv["accuracy"])
             print(f"  level {name} (n={lv['n']}): {path}; gain {gain['diff']:+.1%} "
                   f"(95% CI {gain['low']:+.1%} to {gain['high']:+.1%})")
-        out["runs"].append({"run": run["run"], "stages": run["stages"], "levels": rows})
+        whole = paired_gain([({i: x for lv in run["levels"].values() for i, x in lv["scores"][0].items()},
+                              {i: x for lv in run["levels"].values() for i, x in lv["scores"][-1].items()})])
+        print(f"  all levels: gain {whole['diff']:+.1%} (95% CI {whole['low']:+.1%} to {whole['high']:+.1%})")
+        out["runs"].append({"run": run["run"], "stages": run["stages"], "levels": rows, "all": whole})
     if len(runs) > 1:
         print(f"pooled over {len(runs)} runs (runs, then items, resampled):")
         for name in sorted(set.intersection(*(set(r["levels"]) for r in runs))):

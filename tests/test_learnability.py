@@ -59,6 +59,7 @@ def test_per_level_gains_paired_per_item_and_pooled_over_runs(tmp_path: Path, cl
     assert first["levels"]["2"]["gain"] == {"diff": 1.0, "low": 1.0, "high": 1.0, "n": n2}
     assert all(lv["gain"]["diff"] == 0.0 for name, lv in first["levels"].items() if name != "2")
     assert figures["pooled"]["2"]["diff"] == 1.0 and figures["pooled"]["1"]["diff"] == 0.0
+    assert first["all"]["n"] == len(tasks) and abs(first["all"]["diff"] - n2 / len(tasks)) < 1e-9  # every level at once
     assert "level 2 (n=" in capsys.readouterr().out
 
 
