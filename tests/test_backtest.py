@@ -14,7 +14,7 @@ from agents.playbook import find
 from evotrainer.config import BacktestConfig, SandboxConfig
 from evotrainer.contracts import Candidate
 from evotrainer.harness.knobs import read_knobs
-from evotrainer.harness.repo import HarnessRepo
+from evotrainer.harness.repo import HarnessRepo, seed_dir
 from evotrainer.judge.checks import run_backtest
 from sandbox import SandboxLimits
 from tests.conftest import VIEW_CHECKING_FILTERS, rollouts, tasks_for
@@ -238,3 +238,26 @@ def test_a_curriculum_edit_that_brings_back_levels_the_rollouts_never_held_is_no
                           hide=[])
     effect = next(c for c in report.checks if c.name == "effect")
     assert effect.passed and "curriculum's mix" in effect.detail, effect
+
+
+def test_a_turn_cap_edit_is_not_no_effect_and_every_knob_replay_does_not_apply_counts_as_acting():
+    """``max_turns`` changes how far a rollout runs, which a replay of retained rollouts cannot show: raising it is
+    never "no effect" (the tools demo's raise_max_turns was, while the list of such knobs missed it). The knobs that
+    act outside replay are every knob but those replay applies, so a new knob cannot be missed again."""
+    from evotrainer.harness.knobs import Knobs
+    from evotrainer.judge.checks import _REPLAYED_KNOBS, _TRAINING_KNOBS, effect_check
+
+    assert set(_TRAINING_KNOBS) | set(_REPLAYED_KNOBS) == set(Knobs.model_fields)
+    assert not set(_TRAINING_KNOBS) & set(_REPLAYED_KNOBS) and "max_turns" in _TRAINING_KNOBS
+    knobs = read_knobs(seed_dir("tools"))
+    main = {"knobs": knobs, "rows": [], "mix": {}}
+    cand = {"knobs": knobs.model_copy(update={"max_turns": (knobs.max_turns or 2) + 1}), "rows": [], "mix": {}}
+    check = effect_check(main, cand, Candidate(branch="b", sha="s", base_sha="m", diagnosis_id="d",
+                                               intervention="raise_max_turns", hypothesis="h",
+                                               variable="harness.yaml:max_turns", target_metric="turn_cap_rate",
+                                               direction="down", expected="e", rollback="r", files=["harness.yaml"]))
+    assert check.passed and "max_turns" in check.detail, check
+    assert not effect_check(main, {**main}, Candidate(branch="b", sha="s", base_sha="m", diagnosis_id="d",
+                                                       intervention="x", hypothesis="h", variable="filters.keep_group",
+                                                       target_metric="kept_dead_ratio", direction="down",
+                                                       expected="e", rollback="r", files=["filters.py"])).passed

@@ -54,7 +54,7 @@ from typing import Callable, Iterator
 from evotrainer.config import BacktestConfig, EvolutionConfig, SandboxConfig
 from evotrainer.contracts import BacktestReport, Candidate, Check
 from evotrainer.domains.execute import ExecLimits
-from evotrainer.harness.knobs import KnobsError, read_knobs
+from evotrainer.harness.knobs import Knobs, KnobsError, read_knobs
 from evotrainer.harness.repo import HarnessRepo
 from evotrainer.judge.arbitrate import Arbiter
 from evotrainer.judge.pentest import CHECK as PENTEST, bar, pentest
@@ -266,11 +266,13 @@ def _metric_checks(base: dict, cand: dict, candidate: Candidate, bootstrap: int,
     return noise, checks
 
 
-# knobs whose effect a replay on fixed completions cannot show (they change sampling, the generated batch or the
-# optimizer); oversample is one: training generates more groups to refill from, which retained rollouts do not hold
-_TRAINING_KNOBS = ("learning_rate", "group_size", "temperature", "max_completion_length", "loss_type", "beta",
-                   "epsilon", "epsilon_high", "lr_schedule", "warmup_steps", "max_grad_norm", "weight_decay",
-                   "updates_per_batch", "oversample")
+# the knobs a replay on fixed completions applies (reward weights, advantage scaling, the truncation mask; the
+# curriculum through its mix, compared apart): every other knob acts where replay cannot see it (sampling, the
+# generated batch, the turn cap, the optimizer), so a candidate that changes one is never "no effect". Derived, not
+# listed: a new knob counts as acting outside replay until replay applies it (max_turns was once missed by a list).
+# oversample is one: training generates more groups to refill from, which retained rollouts do not hold.
+_REPLAYED_KNOBS = ("reward_weights", "scale_rewards", "mask_truncated_completions", "curriculum_weights")
+_TRAINING_KNOBS = tuple(k for k in Knobs.model_fields if k not in _REPLAYED_KNOBS)
 
 
 def _signal(rows: list[dict], beta: float) -> dict:
