@@ -79,3 +79,13 @@ def test_a_forked_child_and_a_new_interpreter_give_every_program_the_same_execut
     assert [(e.status, e.passed) for e in forked] == [(e.status, e.passed) for e in spawned]
     assert [e.status for e in forked] == ["ok", "fail", "fail", "syntax_error", "timeout", "fail", "fail", "fail",
                                           "fail", "no_code"]
+
+
+def test_policy_code_sees_none_of_the_caller_s_environment(monkeypatch):
+    """The batch worker starts with a scrubbed environment (``WORKER_ENV``), so a forked program, like a spawned one,
+    cannot read the caller's variables (an API key, the trainer token) and hashes with a fixed seed."""
+    monkeypatch.setenv("EVO_SECRET", "hunter2")
+    program = ("import os\ndef f(x):\n    assert 'EVO_SECRET' not in os.environ and "
+               "os.environ.get('PYTHONHASHSEED') == '0'\n    return x + 3")
+    for fork in (True, False):
+        assert run_batch([(program, TESTS)], FAST, fork=fork)[0].status == "ok", fork
