@@ -50,6 +50,11 @@ def run_levels(run_dir: Path, tolerant: bool = False) -> dict:
     return {"run": str(run_dir), "stages": [(name, n) for name, n, _ in stages], "levels": levels}
 
 
+def every_level(run: dict) -> tuple[dict, dict]:
+    """A run's item scores over all its levels at once: (at the start, after the last phase)."""
+    return tuple({i: x for lv in run["levels"].values() for i, x in lv["scores"][k].items()} for k in (0, -1))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path)
@@ -69,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             path = " -> ".join(f"{acc:.1%}" for acc in lv["accuracy"])
             print(f"  level {name} (n={lv['n']}): {path}; gain {gain['diff']:+.1%} "
                   f"(95% CI {gain['low']:+.1%} to {gain['high']:+.1%})")
-        whole = paired_gain([({i: x for lv in run["levels"].values() for i, x in lv["scores"][0].items()},
-                              {i: x for lv in run["levels"].values() for i, x in lv["scores"][-1].items()})])
+        whole = paired_gain([every_level(run)])
         print(f"  all levels: gain {whole['diff']:+.1%} (95% CI {whole['low']:+.1%} to {whole['high']:+.1%})")
         out["runs"].append({"run": run["run"], "stages": run["stages"], "levels": rows, "all": whole})
     if len(runs) > 1:
@@ -86,9 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             out["pooled"][name] = gain
             print(f"  level {name}: gain {gain['diff']:+.1%} ({how} {gain['low']:+.1%} to {gain['high']:+.1%})")
         # every level at once: the criterion's figure (docs/preregistration/learnability.md)
-        whole = [({i: x for lv in r["levels"].values() for i, x in lv["scores"][0].items()},
-                  {i: x for lv in r["levels"].values() for i, x in lv["scores"][-1].items()}) for r in runs]
-        gain = paired_gain(whole)
+        gain = paired_gain([every_level(r) for r in runs])
         out["pooled"]["all"] = gain
         print(f"  all levels: gain {gain['diff']:+.1%} (95% CI {gain['low']:+.1%} to {gain['high']:+.1%})")
         by_seed: dict[int, list[float]] = {}

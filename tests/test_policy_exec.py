@@ -82,7 +82,7 @@ def test_a_forked_child_and_a_new_interpreter_give_every_program_the_same_execut
 
 
 def test_policy_code_sees_none_of_the_caller_s_environment(monkeypatch):
-    """The batch worker starts with a scrubbed environment (``WORKER_ENV``), so a forked program, like a spawned one,
+    """The batch worker starts with a scrubbed environment (``execute_worker.ENV``), so a forked program, like a spawned one,
     cannot read the caller's variables (an API key, the trainer token) and hashes with a fixed seed."""
     monkeypatch.setenv("EVO_SECRET", "hunter2")
     program = ("import os\ndef f(x):\n    assert 'EVO_SECRET' not in os.environ and "

@@ -30,11 +30,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evotrainer.domains.execute_worker import ENV
+
 STATUSES = ("ok", "fail", "timeout", "syntax_error", "no_code", "grader_error")
 _WORKER = Path(__file__).with_name("execute_worker.py")
-# the batch worker's whole environment, which the programs it forks inherit: none of the caller's variables (API keys,
-# the trainer token) reach policy code, and a fixed hash seed keeps a program's set and dict order the same every run
-WORKER_ENV = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"}
 _UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
 
 
@@ -120,7 +119,7 @@ def _run_worker(jobs: list[Job], limits: ExecLimits, python: str, fork: bool = T
     error = ""
     try:
         done = subprocess.run([*prefix, python, "-I", "-B", str(_WORKER)], input=json.dumps(request).encode(),
-                              capture_output=True, timeout=budget, start_new_session=True, env=WORKER_ENV)
+                              capture_output=True, timeout=budget, start_new_session=True, env=ENV)
         lines = done.stdout.decode(errors="replace").splitlines()
         if done.returncode != 0:
             tail = done.stderr.decode(errors="replace").strip().splitlines()

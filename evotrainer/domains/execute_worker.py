@@ -33,6 +33,10 @@ import subprocess
 import sys
 import time
 
+# the whole environment of the worker (``evotrainer.domains.execute`` starts it with this) and of every program's
+# child: none of the caller's variables (API keys, the trainer token) reach policy code, and a fixed hash seed keeps
+# a program's set and dict order the same every run
+ENV = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"}
 # What the child runs, as source (a spawned interpreter runs it with -c; a forked child execs it and calls ``child``):
 # move the report pipe to an unknown fd, point stdin/stdout/stderr at /dev/null, compile, run, call each test, report
 # each result, then "done".
@@ -107,6 +111,8 @@ class _Forked:
                 os.setsid()
                 os.chdir("/tmp")
                 _preexec(time_s, memory_mb)()
+                os.environ.clear()  # as the spawned child's env=ENV (a worker run by hand has the caller's)
+                os.environ.update(ENV)
                 sys.path[:] = [p for p in sys.path if "-packages" not in p]  # as -S: no third-party imports
                 ns: dict = {}
                 exec(_CHILD_FN, ns)
@@ -143,7 +149,7 @@ def run_one(job: dict, time_s: float, memory_mb: int, python: str, fork: bool = 
             child = subprocess.Popen(
                 [python, "-I", "-S", "-B", "-c", _CHILD, str(write_end)], stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(write_end,), start_new_session=True,
-                preexec_fn=_preexec(time_s, memory_mb), env={"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"},
+                preexec_fn=_preexec(time_s, memory_mb), env=ENV,
                 cwd="/tmp")
             try:
                 child.stdin.write(json.dumps({"program": job["program"], "tests": tests}).encode())

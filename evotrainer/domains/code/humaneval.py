@@ -83,10 +83,11 @@ def program(task: dict, completion: str) -> str | None:
     code = code_of(completion)
     if not code.strip():
         return None
-    prompt, entry = task["prompt_code"], task["entry_point"]
-    if re.search(rf"^def {re.escape(entry)}\s*\(", code, re.M):
-        head = prompt[:m.start()] if (m := re.search(rf"^def {re.escape(entry)}\s*\(", prompt, re.M)) else ""
-        return f"{head}{code}\n"
+    prompt = task["prompt_code"]
+    defines = re.compile(rf"^def {re.escape(task['entry_point'])}\s*\(", re.M)  # a line that defines the entry point
+    if defines.search(code):
+        at = defines.search(prompt)
+        return f"{prompt[:at.start()] if at else ''}{code}\n"
     return f"{prompt}{code}\n"
 
 
