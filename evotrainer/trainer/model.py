@@ -9,6 +9,7 @@ service (phases and ``POST /evaluate``).
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -33,6 +34,28 @@ def is_adapter(path: str) -> bool:
     return (Path(path) / "adapter_config.json").is_file()
 
 
+GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")  # what a tokenizer.json saved as it is names
+
+
+def load_tokenizer(path: str):
+    """The tokenizer saved at ``path``, as it was saved. A folder whose tokenizer names the generic class (the tiny
+    policy's character-level tokenizer) loads with that class: ``AutoTokenizer`` would pick the class of the model's
+    type instead (Qwen2's, for the tiny Qwen2-style model), rebuild the pipeline from the vocabulary, and drop every
+    space and newline, so the policy would read and write text other than what it was warmed up on. Anything else
+    (a Hugging Face id, a checkpoint of a real model) loads with ``AutoTokenizer``."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config = Path(path) / "tokenizer_config.json"
+    if config.is_file() and (Path(path) / "tokenizer.json").is_file():
+        try:
+            named = json.loads(config.read_text()).get("tokenizer_class")
+        except (OSError, ValueError):
+            named = None
+        if named in GENERIC_TOKENIZERS:
+            return PreTrainedTokenizerFast.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path)
+
+
 def load_policy(path: str, device: str, dtype: str, lora: bool, lora_rank: int):
     """(model, tokenizer, peft_config) for ``path``: a full checkpoint, a Hugging Face id, or a LoRA adapter folder.
 
@@ -41,14 +64,14 @@ def load_policy(path: str, device: str, dtype: str, lora: bool, lora_rank: int):
     PeftModel). A full checkpoint with ``lora`` gets a fresh adapter config for TRL to wrap the model with.
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     torch_dtype = torch.float32
     if dtype == "bfloat16" or (dtype == "auto" and device == "cuda"):
         torch_dtype = torch.bfloat16
     adapter = is_adapter(path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = load_tokenizer(path)
         if adapter:
             from peft import PeftConfig, PeftModel
 
