@@ -145,15 +145,15 @@ def test_drop_failed_leaves_no_advantage_to_train_on(tmp_path: Path):
             assert sum(kept) == 2 and all(a == 0 for a in advantages)
 
 
-def test_body_cut_cuts_every_level_3_body_into_code_that_does_not_compile(tmp_path: Path):
+def test_body_cut_cuts_every_level_4_body_into_code_that_does_not_compile(tmp_path: Path):
     domain = CodeDomain()
     held_out = domain.splits(0, {"held_out": 200})["held_out"]
     budget = read_knobs(faults.materialize("code", "body_cut", tmp_path / "h")).max_completion_length
     seed_budget = read_knobs(seed_dir("code")).max_completion_length
     assert all(len(t["answer"]) + 1 <= seed_budget for t in held_out)  # the seed fits every body and its end
     cut = {lv: [t for t in held_out if t["difficulty"] == lv and len(t["answer"]) + 1 > budget] for lv in domain.levels}
-    assert not cut["1"] and not cut["2"] and len(cut["3"]) == sum(t["difficulty"] == "3" for t in held_out)
-    assert cut["4"]
-    sample = cut["3"][:3] + cut["4"][:3]
+    assert not cut["1"] and not cut["2"] and not cut["3"]
+    assert len(cut["4"]) == sum(t["difficulty"] == "4" for t in held_out)
+    sample = cut["4"][:6]
     runs = domain.execute(sample, [t["answer"][:budget] for t in sample])
     assert {e.status for e in runs} == {"syntax_error"}, runs

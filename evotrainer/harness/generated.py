@@ -55,7 +55,7 @@ none, so a larger cap changes nothing.
 The code domain's (overlays of harness_repo/code, whose completions are the body of ``def f(x)``, run by the
 policy-code executor on the visible tests before rewards: the sample's ``execution``; their own section):
 
-    knobs       code_budget_short (a budget of 2-9 tokens: every level-3 body and more cut, mostly into code that does
+    knobs       code_budget_short (a budget of 2-9 tokens: every level-4 body and more cut, mostly into code that does
                 not compile), code_lr_high, code_lr_low, code_temperature_low, code_temperature_high (math's forms)
     rewards     code_status_credit (a share for a timeout, a failing run, a syntax error or an empty body), code_partial
                 (partial credit for a body short of every visible test: its share passed, or any one), code_bonus (a
@@ -875,7 +875,7 @@ def _code_budget_short(rng: random.Random, seed: dict) -> tuple:
     return ({"harness.yaml": _set(seed["harness.yaml"], "max_completion_length", str(budget))},
             f"`max_completion_length` is {budget}: a body and its end token must fit in {budget} tokens (one a "
             f"character for the tiny policy), so a body longer than {budget - 1} characters is cut, mostly into code "
-            "that does not compile: every level-3 body (`x * 9 + 9`, ten characters with its leading space) and "
+            "that does not compile: every level-4 body (`x * x + 49`, up to eleven characters with its leading space) and "
             "more, by the budget, can never be right in training.",
             "Many rollouts truncated (the `truncation_rate` metric past its alert); their executions `syntax_error` "
             "or `fail`; groups of the long levels all wrong, reward flat there.",

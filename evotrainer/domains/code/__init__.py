@@ -2,33 +2,35 @@
 levels with disjoint prompt spaces. The canonical prompt and a right completion::
 
     def f(x):
-        # f(2) == 5, f(7) == 10
-        return                                   completion: " x + 3"
+        # f(5) == 35, f(0) == 30
+        return                                   completion: " x + 30"
 
-Each level is a set of function *families* (a family and its constants give the reference body); a prompt is a
-function and an ordered pair of distinct example inputs from 0-19, and no family belongs to two levels. Two functions
-can show the same two examples (``x % 5`` and ``x - 4`` at 5 and 6), and the prompt is the examples, so a level's
-space keeps only the first index of each prompt and none an earlier level shows (``_space``): no prompt is in two
-splits or two levels (level 4 loses 3,050 of its 12,920 to levels 1-3 and to itself).
+Each level is one function family; its constant reads off one example, the *anchor* (``f(0)`` or ``f(1)``), and the
+other example (any input 1-19, before or after the anchor) tells the family apart from the others that share the
+anchor. A prompt is a function and an ordered pair of example inputs; a level's space keeps only the first index of
+each prompt and none an earlier level shows (``_space``), so no prompt is in two splits or two levels.
 
-    level  families                                   functions  distinct prompts
-    1      x + a, x - a            (a 1-9)            18         6,840
-    2      x * a (a 2-9), a - x    (a 10-19)          18         6,840
-    3      x * a + b, x * a - b    (a 2-9, b 1-9)     144        54,720
-    4      x * x + b, x * x - b (b 1-9), x // a, x % a (a 2-9)   34   9,870
+    level  family        constant  anchor  other input   distinct prompts   what tells it apart
+    1      x + a         a 1-49    f(0)    1-19          1,862              the other example is larger
+    2      x * a         a 2-49    f(1)    2-19          1,728              the anchor is f(1)
+    3      a - x         a 20-69   f(0)    1-19          1,900              the other example is smaller
+    4      x * x + b     b 1-49    f(0)    2-19          1,764              it grows faster than level 1
 
 A task's two examples are its *visible* tests (in the prompt and in ``tests``: harness code may see them); its six
 *hidden* tests (inputs 0-29 other than the examples, drawn from the task's own seed) are the evaluator's
-(``hidden_fields``: never in ``harness_task``) and alone decide ``verified``. Level 4's examples often fit a line as
-well, so a body that passes the visible tests can fail the hidden ones: the visible-pass / hidden-fail rate a code
-harness must not reward. Code runs only in the policy-code executor (``evotrainer.domains.execute``), never
-in-process; an execution the executor itself could not finish (``grader_error``) is never a wrong answer: ``verify``
-raises :class:`GraderError` for it and ``verify_batch`` answers None.
+(``hidden_fields``: never in ``harness_task``) and alone decide ``verified``. Level 4's examples also fit a line
+(``x * 7 + 4`` for ``x * x + 4`` at 0 and 7), so a body that passes the visible tests can fail the hidden ones: the
+visible-pass / hidden-fail rate a code harness must not reward. Code runs only in the policy-code executor
+(``evotrainer.domains.execute``), never in-process; an execution the executor itself could not finish
+(``grader_error``) is never a wrong answer: ``verify`` raises :class:`GraderError` for it and ``verify_batch``
+answers None.
 
 Splits are drawn as math's (``evotrainer.domains.math``): per level the held-out split first, then dev, then the
 RL and warm-up pools from what is left; no prompt is in two splits and the same seed gives the same tasks. The
-warm-up teaches the reference body; its near miss is the body with the constant off by one (``x + 4`` for
-``x + 3``): a slip that passes no test. Try it alone::
+warm-up teaches the reference body; its near miss is the same body with a period after the constant (``x + 30.``):
+the same values as floats, which no test passes (a test expects exactly an int), as math's near miss is the right
+value with a period. (The first substrate, bodies inferred from two arbitrary examples and a near miss with the
+constant off by one, left the warmed-up tiny policy at 0% on every level: docs/results.md, stop 45.) Try it alone::
 
     python -c "from evotrainer.domains.code import CodeDomain; d = CodeDomain(); \
                t = d.splits(0, {'dev': 4})['dev'][0]; print(d.canonical_prompt(t) + t['answer'], d.verify(t, t['answer']))"
@@ -44,46 +46,44 @@ from evotrainer.domains.code import humaneval
 from evotrainer.domains.execute import ExecLimits, Execution, run_batch
 from evotrainer.domains.math import _distinct
 
-INPUTS = range(20)  # example inputs
 HIDDEN_INPUTS = range(30)  # hidden test inputs (never the examples)
 HIDDEN_TESTS = 6
-_PAIRS = [(a, b) for a in INPUTS for b in INPUTS if a != b]  # ordered pairs of distinct example inputs
 
-# level -> its functions, each (reference body, the function itself, the body with its constant off by one)
+# one function: (reference body, the function itself, the near miss: the body with a period after its constant)
 Function = tuple[str, object, str]
 
 
-def _families() -> dict[str, list[Function]]:
-    def f(body: str, near: str) -> Function:
-        return body, eval(f"lambda x: {body}"), near  # noqa: S307 - our own fixed bodies, never policy code
-
-    return {
-        "1": [f(f"x {op} {a}", f"x {op} {a + 1}") for op in "+-" for a in range(1, 10)],
-        "2": [f(f"x * {a}", f"x * {a + 1}") for a in range(2, 10)] + [f(f"{a} - x", f"{a + 1} - x")
-                                                                      for a in range(10, 20)],
-        "3": [f(f"x * {a} {op} {b}", f"x * {a} {op} {b + 1}") for a in range(2, 10) for op in "+-"
-              for b in range(1, 10)],
-        "4": [f(f"x * x {op} {b}", f"x * x {op} {b + 1}") for op in "+-" for b in range(1, 10)]
-        + [f(f"x {op} {a}", f"x {op} {a + 1}") for op in ("//", "%") for a in range(2, 10)],
-    }
+def _function(body: str, const: int) -> Function:
+    near = body.replace(str(const), f"{const}.", 1)  # the same value as a float: a test expects exactly an int
+    return body, eval(f"lambda x: {body}"), near  # noqa: S307 - our own fixed bodies, never policy code
 
 
-LEVELS: dict[str, list[Function]] = _families()
+def _pairs(anchor: int, others: range) -> list[tuple[int, int]]:
+    """Ordered pairs of example inputs: the anchor (where the constant reads off) and one other, in either order."""
+    return [pair for k in others for pair in ((anchor, k), (k, anchor))]
+
+
+# level -> (its functions, the ordered pairs of example inputs its prompts show)
+LEVELS: dict[str, tuple[list[Function], list[tuple[int, int]]]] = {
+    "1": ([_function(f"x + {a}", a) for a in range(1, 50)], _pairs(0, range(1, 20))),
+    "2": ([_function(f"x * {a}", a) for a in range(2, 50)], _pairs(1, range(2, 20))),
+    "3": ([_function(f"{a} - x", a) for a in range(20, 70)], _pairs(0, range(1, 20))),
+    "4": ([_function(f"x * x + {b}", b) for b in range(1, 50)], _pairs(0, range(2, 20))),
+}
 
 
 @functools.cache
 def _space(level: str) -> tuple[int, ...]:
     """A level's prompt space: the indices (function, ordered pair of example inputs) whose two examples no earlier
-    index of this level or of an earlier level shows. Two functions can agree on both examples (``x + 4`` and
-    ``x * 2`` at 4), and the prompt is the examples: keeping the first makes each prompt one task, so no prompt is in
-    two splits or two levels (the first function is the task's, and its hidden tests judge)."""
+    index of this level or of an earlier level shows, so that each prompt is one task and no prompt is in two splits
+    or two levels (the levels' anchors and forms keep them apart; this makes it a guarantee, not an accident)."""
     seen: set[str] = set()
     for lv in LEVELS:
         if lv == level:
             break
-        seen.update(_examples(lv, i) for i in range(len(LEVELS[lv]) * len(_PAIRS)))
+        seen.update(_examples(lv, i) for i in range(_count(lv)))
     out = []
-    for i in range(len(LEVELS[level]) * len(_PAIRS)):
+    for i in range(_count(level)):
         text = _examples(level, i)
         if text not in seen:
             seen.add(text)
@@ -91,10 +91,20 @@ def _space(level: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _count(level: str) -> int:
+    functions, pairs = LEVELS[level]
+    return len(functions) * len(pairs)
+
+
+def _parts(level: str, index: int) -> tuple[Function, tuple[int, int]]:
+    functions, pairs = LEVELS[level]
+    fn_index, pair_index = divmod(index, len(pairs))
+    return functions[fn_index], pairs[pair_index]
+
+
 def _examples(level: str, index: int) -> str:
-    fn_index, pair_index = divmod(index, len(_PAIRS))
-    fn = LEVELS[level][fn_index][1]
-    return ", ".join(f"f({x}) == {fn(x)}" for x in _PAIRS[pair_index])
+    (_, fn, _), shown = _parts(level, index)
+    return ", ".join(f"f({x}) == {fn(x)}" for x in shown)
 
 
 def space_size(level: str) -> int:
@@ -148,9 +158,7 @@ class CodeDomain(Domain):
     @staticmethod
     def _task(task_id: str, level: str, position: int) -> Task:
         index = _space(level)[position]
-        fn_index, pair_index = divmod(index, len(_PAIRS))
-        body, fn, _ = LEVELS[level][fn_index]
-        shown = _PAIRS[pair_index]
+        (body, fn, _), shown = _parts(level, index)
         rest = [x for x in HIDDEN_INPUTS if x not in shown]
         hidden = sorted(random.Random(f"code-hidden-{level}-{index}").sample(rest, HIDDEN_TESTS))
         examples = ", ".join(f"f({x}) == {fn(x)}" for x in shown)
@@ -239,9 +247,9 @@ class CodeDomain(Domain):
         return task["answer"]
 
     def near_miss(self, task: Task) -> str | None:
-        """The reference body with its constant off by one (``x + 4`` for ``x + 3``): passes no test."""
+        """The reference body with a period after its constant (``x + 30.`` for ``x + 30``): passes no test."""
         body = task["answer"].strip()
-        for ref, _, near in LEVELS.get(task["difficulty"], []):
+        for ref, _, near in LEVELS.get(task["difficulty"], ([], []))[0]:
             if ref == body:
                 return f" {near}"
         return None
