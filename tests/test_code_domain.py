@@ -130,3 +130,12 @@ def test_the_config_s_executor_section_sets_the_limits_training_and_evaluation_r
             assert domain.reward_executions([task], [slow])[0]["status"] == status, (cfg.executor, type(req))
     with pytest.raises(C.ConfigError, match="executor.time_s"):
         C.apply_overrides(default, ["executor.time_s=0"])
+
+
+def test_the_tolerant_score_forgives_an_integer_written_as_a_float_and_nothing_else(domain, splits):
+    tasks = splits["dev"]
+    misses = [domain.near_miss(t) for t in tasks]
+    assert domain.verify_tolerant_batch(tasks, misses) == [True] * len(tasks)  # the warm-up's slip: the same function
+    assert domain.verify_tolerant_batch(tasks, [m.replace(".", ".5") for m in misses]) == [False] * len(tasks)
+    assert domain.verify_tolerant_batch(tasks, [" x + 1000."] * len(tasks)) == [False] * len(tasks)
+    assert domain.verify_tolerant(tasks[0], tasks[0]["answer"]) and not domain.verify_tolerant(tasks[0], " x.")

@@ -29,8 +29,9 @@ Splits are drawn as math's (``evotrainer.domains.math``): per level the held-out
 RL and warm-up pools from what is left; no prompt is in two splits and the same seed gives the same tasks. The
 warm-up teaches the reference body; its near miss is the same body with a period after the constant (``x + 30.``):
 the same values as floats, which no test passes (a test expects exactly an int), as math's near miss is the right
-value with a period. (The first substrate, bodies inferred from two arbitrary examples and a near miss with the
-constant off by one, left the warmed-up tiny policy at 0% on every level: docs/results.md, stop 45.) Try it alone::
+value with a period. The tolerant score (``verify_tolerant_batch``) forgives exactly that slip, so a gain there is
+more than the answer's form. (The first substrate, bodies inferred from two arbitrary examples and a near miss with
+the constant off by one, left the warmed-up tiny policy at 0% on every level: docs/results.md, stop 45.) Try it alone::
 
     python -c "from evotrainer.domains.code import CodeDomain; d = CodeDomain(); \
                t = d.splits(0, {'dev': 4})['dev'][0]; print(d.canonical_prompt(t) + t['answer'], d.verify(t, t['answer']))"
@@ -40,12 +41,14 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 
 from evotrainer.domains.base import ID_PREFIX, SPLITS, Domain, Task
 from evotrainer.domains.code import humaneval
 from evotrainer.domains.execute import ExecLimits, Execution, run_batch
 from evotrainer.domains.math import _distinct
 
+_FLOAT_INT = re.compile(r"(?<![\w.])(\d+)\.(?![\w.])")  # an integer written as a float literal: 30.
 HIDDEN_INPUTS = range(30)  # hidden test inputs (never the examples)
 HIDDEN_TESTS = 6
 
@@ -218,8 +221,20 @@ class CodeDomain(Domain):
         return [e.as_dict() for e in self.execute(tasks, completions, "tests")]
 
     def verify_tolerant_batch(self, tasks: list[Task], completions: list[str]) -> list[bool | None]:
-        """The strict verdicts (code forgives no slip), from the same single executor batch."""
-        return self.verify_batch(tasks, completions)
+        """The strict verdicts, and for a strict failure whose body writes an integer as a float literal (``30.``,
+        the warm-up's slip), the verdict of the same body with those integers written as integers: the same function
+        a lenient reader would accept. Nothing else is forgiven (``1.5``, ``x.real`` and another constant stay as
+        they are). One executor batch, and one more for the bodies it rewrites."""
+        strict = self.verify_batch(tasks, completions)
+        forgiven = [_FLOAT_INT.sub(r"\1", c) for c in completions]
+        redo = [i for i, (c, f, v) in enumerate(zip(completions, forgiven, strict)) if v is False and f != c]
+        for i, verdict in zip(redo, self.verify_batch([tasks[i] for i in redo], [forgiven[i] for i in redo])
+                              if redo else []):
+            strict[i] = verdict
+        return strict
+
+    def verify_tolerant(self, task: Task, completion: str) -> bool:
+        return self.verify_tolerant_batch([task], [completion])[0] is True
 
     def verify(self, task: Task, completion: str) -> bool:
         """Every hidden test passes; :class:`GraderError` when the executor could not say."""
