@@ -151,7 +151,7 @@ def test_body_cut_cuts_every_level_4_body_into_code_that_does_not_compile(tmp_pa
     budget = read_knobs(faults.materialize("code", "body_cut", tmp_path / "h")).max_completion_length
     seed_budget = read_knobs(seed_dir("code")).max_completion_length
     assert all(len(t["answer"]) + 1 <= seed_budget for t in held_out)  # the seed fits every body and its end
-    cut = {lv: [t for t in held_out if t["difficulty"] == lv and len(t["answer"]) + 1 > budget] for lv in domain.levels}
+    cut = {lv: [t for t in held_out if t["difficulty"] == lv and len(t["answer"]) > budget] for lv in domain.levels}
     assert not cut["1"] and not cut["2"] and not cut["3"]
     assert len(cut["4"]) == sum(t["difficulty"] == "4" for t in held_out)
     sample = cut["4"][:6]

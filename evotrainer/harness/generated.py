@@ -55,7 +55,7 @@ none, so a larger cap changes nothing.
 The code domain's (overlays of harness_repo/code, whose completions are the body of ``def f(x)``, run by the
 policy-code executor on the visible tests before rewards: the sample's ``execution``; their own section):
 
-    knobs       code_budget_short (a budget of 2-9 tokens: every level-4 body and more cut, mostly into code that does
+    knobs       code_budget_short (a budget of 2-4 tokens: every level-4 body and more cut, mostly into code that does
                 not compile), code_lr_high, code_lr_low, code_temperature_low, code_temperature_high (math's forms)
     rewards     code_status_credit (a share for a timeout, a failing run, a syntax error or an empty body), code_partial
                 (partial credit for a body short of every visible test: its share passed, or any one), code_bonus (a
@@ -63,7 +63,7 @@ policy-code executor on the visible tests before rewards: the sample's ``executi
                 pass)
     filters     code_filter_share (keep_group drops a random share of groups), code_filter_class (drops every
                 rollout of a class of failing statuses, or every group that already solves its task)
-    prompt      code_prompt (the examples dropped, one example only, a misleading instruction, or no ``return``)
+    prompt      code_prompt (the examples dropped, one example only, a misleading instruction, or no colon)
     curriculum  code_curriculum_zero, code_curriculum_skew (math's forms)
     selftest    code_selftest_pinned (a share for a timeout, a failing run or a partial pass, and the self-test
                 asserting it)
@@ -835,7 +835,7 @@ FAMILIES.update({f.name: f for f in [
 # Each is an overlay of harness_repo/code. The knob and curriculum families reuse math's forms (their edits are of
 # harness.yaml keys and the level weights every seed shares); the code seed's levels are math's (a test holds them).
 CODE = "code"
-CODE_PROMPT_TEST = "test_prompt_is_signature_examples_and_return"  # the code seed's self-test that pins its prompt
+CODE_PROMPT_TEST = "test_prompt_is_the_examples_without_spaces_and_a_colon"  # the code seed's self-test that pins its prompt
 CODE_PROMPT_FILE = "tests/test_prompt.py"  # where it lives
 CODE_ZERO_TEST = "test_partial_passes_timeouts_and_grader_errors_score_zero"  # ... that pins what earns nothing
 # the zero test's cases, (completion, status, tests passed): each a class of execution the seed's reward pays 0
@@ -871,15 +871,15 @@ def _code_zero_test(seed: dict, paid: str, pinned: str = "") -> str:
 
 
 def _code_budget_short(rng: random.Random, seed: dict) -> tuple:
-    budget = rng.randint(2, 9)
+    budget = rng.randint(2, 4)
     return ({"harness.yaml": _set(seed["harness.yaml"], "max_completion_length", str(budget))},
-            f"`max_completion_length` is {budget}: a body and its end token must fit in {budget} tokens (one a "
-            f"character for the tiny policy), so a body longer than {budget - 1} characters is cut, mostly into code "
-            "that does not compile: every level-4 body (`x * x + 49`, up to eleven characters with its leading space) and "
+            f"`max_completion_length` is {budget}: a body must fit in {budget} tokens (one a character for the tiny "
+            f"policy), so a body longer than {budget} characters is cut, mostly into code "
+            "that does not compile: every level-4 body (`x*x+49`, five or six characters) and "
             "more, by the budget, can never be right in training.",
             "Many rollouts truncated (the `truncation_rate` metric past its alert); their executions `syntax_error` "
             "or `fail`; groups of the long levels all wrong, reward flat there.",
-            "A budget that fits the longest body and its end token (the seed's 12).", {"max_completion_length": budget})
+            "A budget that fits the longest body and its end token (the seed's 8).", {"max_completion_length": budget})
 
 
 def _code_unpaid_body(rng: random.Random, form: str) -> tuple[str, str, dict]:
@@ -1049,25 +1049,25 @@ _CODE_INSTRUCTIONS = ("print it, do not return:", "one constant fits:", "the inv
 
 
 def _code_prompt(rng: random.Random, seed: dict) -> tuple:
-    form = rng.choice(["no_examples", "one_example", "misleading", "no_return"])
+    form = rng.choice(["no_examples", "one_example", "misleading", "no_colon"])
     constants: dict = {"form": form}
     if form == "no_examples":
-        body, what = "    return f\"{task['signature']}\\n    return\"", "the signature and `return` without examples"
+        body, what = '    return task["signature"]', "the signature without the examples"
     elif form == "one_example":
         body = ('    first = task["tests"][0]\n'
-                '    return f"{task[\'signature\']}\\n    # {first[\'call\']} == {first[\'expected\']}\\n    return"')
+                '    return f"{first[\'call\']}=={first[\'expected\']}:"')
         what = "the first example only: two functions that agree on it read alike"
     elif form == "misleading":
         words = rng.choice(_CODE_INSTRUCTIONS)
-        body = f"    return f\"{{task['signature']}}\\n    # {words} {{task['examples']}}\\n    return\""
+        body = f'    return {words!r} + task["examples"].replace(" ", "") + ":"'
         what, constants = f"{words!r} before the examples, an instruction that asks for another body", {
             "form": form, "instruction": words}
     else:
-        body = "    return f\"{task['signature']}\\n    # {task['examples']}\\n\""
-        what = "the signature and examples without the `return` the body follows"
+        body = '    return task["examples"].replace(" ", "")'
+        what = "the examples without the colon the body follows"
     code = ('"""Task -> prompt: ``make_prompt(task) -> str``. A task\'s fields: EvoTrainer\'s harness_repo/README.md, '
             '"prompt.py";\nthe code domain\'s add ``signature``, ``examples`` and ``tests`` (the visible tests).\n\n'
-            'The policy reads the function\'s signature and a short note on it, then writes the body.\n"""\n\n\n'
+            'The policy reads the function\'s examples, then writes the body of ``def f(x)``.\n"""\n\n\n'
             f'def make_prompt(task: dict) -> str:\n{body}\n')
     namespace: dict = {}
     exec(compile(code, "prompt.py", "exec"), namespace)  # our own generated code: the test pins what it returns
@@ -1079,7 +1079,7 @@ def _code_prompt(rng: random.Random, seed: dict) -> tuple:
     return ({"prompt.py": code, CODE_PROMPT_FILE: tests},
             f"`prompt.make_prompt` gives {what}: what trains is not the evaluator's prompt.",
             "Training prompts unlike the evaluator's; training reward and dev accuracy moving apart.",
-            "The domain's canonical prompt (the signature, the examples as a comment, and `return`).", constants)
+            "The domain's canonical prompt (the examples without spaces, and a colon).", constants)
 
 
 FAMILIES.update({f.name: f for f in [

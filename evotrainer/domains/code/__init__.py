@@ -1,25 +1,26 @@
-"""Code domain: write the body of a small Python function from its signature and two examples, at four difficulty
+"""Code domain: write the body of a small Python function from two examples of it, at four difficulty
 levels with disjoint prompt spaces. The canonical prompt and a right completion::
 
-    def f(x):
-        # f(5) == 35, f(0) == 30
-        return                                   completion: " x + 30"
+    f(5)==35,f(0)==30:                           completion: "x+30"
+
+(the examples without spaces and a colon, as compact as math's ``12+7=``: the tiny policy reads one token a character,
+and a step costs what its sequences are long), and the program the tests run is ``def f(x):`` returning the body.
 
 Each level is one function family; its constant reads off one example, the *anchor* (``f(0)`` or ``f(1)``), and the
 other example (any input 1-19, before or after the anchor) tells the family apart from the others that share the
 anchor. A prompt is a function and an ordered pair of example inputs; a level's space keeps only the first index of
 each prompt and none an earlier level shows (``_space``), so no prompt is in two splits or two levels.
 
-    level  family        constant  anchor  other input   distinct prompts   what tells it apart
-    1      x + a         a 1-49    f(0)    1-19          1,862              the other example is larger
-    2      x * a         a 2-49    f(1)    2-19          1,728              the anchor is f(1)
-    3      a - x         a 20-69   f(0)    1-19          1,900              the other example is smaller
-    4      x * x + b     b 1-49    f(0)    2-19          1,764              it grows faster than level 1
+    level  family   constant  anchor  other input   distinct prompts   what tells it apart
+    1      x+a      a 1-49    f(0)    1-19          1,862              the other example is larger
+    2      x*a      a 2-49    f(1)    2-19          1,728              the anchor is f(1)
+    3      a-x      a 20-69   f(0)    1-19          1,900              the other example is smaller
+    4      x*x+b    b 1-49    f(0)    2-19          1,764              it grows faster than level 1
 
 A task's two examples are its *visible* tests (in the prompt and in ``tests``: harness code may see them); its six
 *hidden* tests (inputs 0-29 other than the examples, drawn from the task's own seed) are the evaluator's
 (``hidden_fields``: never in ``harness_task``) and alone decide ``verified``. Level 4's examples also fit a line
-(``x * 7 + 4`` for ``x * x + 4`` at 0 and 7), so a body that passes the visible tests can fail the hidden ones: the
+(``x*7+4`` for ``x*x+4`` at 0 and 7), so a body that passes the visible tests can fail the hidden ones: the
 visible-pass / hidden-fail rate a code harness must not reward. Code runs only in the policy-code executor
 (``evotrainer.domains.execute``), never in-process; an execution the executor itself could not finish
 (``grader_error``) is never a wrong answer: ``verify`` raises :class:`GraderError` for it and ``verify_batch``
@@ -27,7 +28,7 @@ answers None.
 
 Splits are drawn as math's (``evotrainer.domains.math``): per level the held-out split first, then dev, then the
 RL and warm-up pools from what is left; no prompt is in two splits and the same seed gives the same tasks. The
-warm-up teaches the reference body; its near miss is the same body with a period after the constant (``x + 30.``):
+warm-up teaches the reference body; its near miss is the same body with a period after the constant (``x+30.``):
 the same values as floats, which no test passes (a test expects exactly an int), as math's near miss is the right
 value with a period. The tolerant score (``verify_tolerant_batch``) forgives exactly that slip, so a gain there is
 more than the answer's form. (The first substrate, bodies inferred from two arbitrary examples and a near miss with
@@ -68,10 +69,10 @@ def _pairs(anchor: int, others: range) -> list[tuple[int, int]]:
 
 # level -> (its functions, the ordered pairs of example inputs its prompts show)
 LEVELS: dict[str, tuple[list[Function], list[tuple[int, int]]]] = {
-    "1": ([_function(f"x + {a}", a) for a in range(1, 50)], _pairs(0, range(1, 20))),
-    "2": ([_function(f"x * {a}", a) for a in range(2, 50)], _pairs(1, range(2, 20))),
-    "3": ([_function(f"{a} - x", a) for a in range(20, 70)], _pairs(0, range(1, 20))),
-    "4": ([_function(f"x * x + {b}", b) for b in range(1, 50)], _pairs(0, range(2, 20))),
+    "1": ([_function(f"x+{a}", a) for a in range(1, 50)], _pairs(0, range(1, 20))),
+    "2": ([_function(f"x*{a}", a) for a in range(2, 50)], _pairs(1, range(2, 20))),
+    "3": ([_function(f"{a}-x", a) for a in range(20, 70)], _pairs(0, range(1, 20))),
+    "4": ([_function(f"x*x+{b}", b) for b in range(1, 50)], _pairs(0, range(2, 20))),
 }
 
 
@@ -173,7 +174,7 @@ class CodeDomain(Domain):
             "examples": examples,
             "tests": [_test(x, fn(x)) for x in shown],
             "hidden_tests": [_test(x, fn(x)) for x in hidden],
-            "answer": f" {body}",
+            "answer": body,
         }
 
     def benchmark(self, name: str, seed: int, n: int) -> list[Task]:
@@ -184,7 +185,7 @@ class CodeDomain(Domain):
     def canonical_prompt(self, task: Task) -> str:
         if task.get("source") == humaneval.SOURCE:
             return task["prompt_code"]
-        return f"{task['signature']}\n    # {task['examples']}\n    return"
+        return task["examples"].replace(" ", "") + ":"
 
     def instruction(self, task: Task) -> str:
         if task.get("source") == humaneval.SOURCE:
@@ -262,11 +263,11 @@ class CodeDomain(Domain):
         return task["answer"]
 
     def near_miss(self, task: Task) -> str | None:
-        """The reference body with a period after its constant (``x + 30.`` for ``x + 30``): passes no test."""
+        """The reference body with a period after its constant (``x+30.`` for ``x+30``): passes no test."""
         body = task["answer"].strip()
         for ref, _, near in LEVELS.get(task["difficulty"], ([], []))[0]:
             if ref == body:
-                return f" {near}"
+                return near
         return None
 
     def null_probes(self, task: Task) -> dict[str, str]:

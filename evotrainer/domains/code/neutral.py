@@ -1,8 +1,8 @@
 """The code domain's neutral harness code (``evotrainer.domains.neutral``): its prompts are the evaluator's, and its
 neutral filter leaves out only what the executor itself failed on.
 
-``make_prompt`` written as harness code: the canonical prompt (``CodeDomain.canonical_prompt``: the signature, the
-examples as a comment, and ``return``) for a plain policy, and the instruction (``CodeDomain.instruction``) as one user
+``make_prompt`` written as harness code: the canonical prompt (``CodeDomain.canonical_prompt``: the examples without
+spaces and a colon) for a plain policy, and the instruction (``CodeDomain.instruction``) as one user
 message for a chat-template policy. The neutral ``keep_rollout`` keeps every rollout but a ``grader_error`` one: an
 execution the executor could not finish says nothing about the code, and training it with its reward of 0 would score
 it as a wrong answer (the domain's rule; the code seed's filter). ``keep_group`` and the curriculum keep the shared
@@ -14,7 +14,7 @@ from evotrainer.domains.neutral import KEEP_ALL, Neutral
 
 NEUTRAL = Neutral(
     prompt="def make_prompt(task: dict) -> str:\n"
-           "    return f\"{task['signature']}\\n    # {task['examples']}\\n    return\"\n",
+           "    return task[\"examples\"].replace(\" \", \"\") + \":\"\n",
     chat_prompt="def make_prompt(task: dict) -> list[dict]:\n"
                 "    text = (f\"Write the expression that completes this Python function so that \"\n"
                 "            f\"{task['examples']}:\\n\"\n"

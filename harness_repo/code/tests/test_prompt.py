@@ -7,5 +7,5 @@ TASK = {"id": "t", "difficulty": "1", "question": "", "signature": "def f(x):", 
         "tests": [{"call": "f(2)", "expected": 5}, {"call": "f(7)", "expected": 10}]}
 
 
-def test_prompt_is_signature_examples_and_return():
-    assert make_prompt(TASK) == "def f(x):\n    # f(2) == 5, f(7) == 10\n    return"
+def test_prompt_is_the_examples_without_spaces_and_a_colon():
+    assert make_prompt(TASK) == "f(2)==5,f(7)==10:"
