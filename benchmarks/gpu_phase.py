@@ -5,6 +5,8 @@
     python benchmarks/gpu_phase.py --smollm2 models/smollm2-135m           # add SmolLM2-135M (evotrainer policy import)
     python benchmarks/gpu_phase.py --device cpu --models "" --policy runs/demo/policy/base --completion-length 8 \
         --steps 500 [--learning-rate 3e-4] [--prompts 32]     # does a trained policy learn, with and without hooks?
+    python benchmarks/gpu_phase.py --device cpu --models tiny --prompts 32 --completion-length 8 --steps 21 \
+        --set policy.gradient_checkpointing=on        # what recomputing activations costs (auto: off on CPU)
 
 For each model it trains the same phase twice, in this process and in this order:
 
@@ -92,7 +94,7 @@ def make_run(folder: Path, model: str, args) -> tuple:
     cfg = apply_overrides(parse({}), [
         f"policy.model={model}", f"policy.device={args.device}", f"harness={harness}", "training.eval_size=12",
         "training.dev_size=40", f"training.prompts_per_step={args.prompts}", "training.train_pool_size=2000",
-        "sandbox.backend=process"])
+        "sandbox.backend=process", *args.set])
     rd = RunDir(folder / "run")
     shutil.rmtree(rd.root, ignore_errors=True)
     rd.init(cfg, log=lambda *_: None)
@@ -203,6 +205,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8, help="prompts per step")
     ap.add_argument("--group-size", type=int, default=8, help="completions per prompt")
     ap.add_argument("--completion-length", type=int, default=64, help="max completion tokens")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for both arms, e.g. policy.gradient_checkpointing=on")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     args = ap.parse_args()
 

@@ -82,6 +82,10 @@ class PolicyConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="weights dtype: auto = bfloat16 on CUDA, float32 on CPU"
     )
+    gradient_checkpointing: Literal["auto", "on", "off"] = Field(
+        "auto", description="recompute activations in the backward pass instead of keeping them (TRL's default): "
+        "less memory, more compute. auto = on with CUDA, where a large model needs the memory; off on CPU, where "
+        "the recomputation is about a tenth of a tiny policy's step and the memory is not needed")
     chat: Literal["auto", "on", "off"] = Field(
         "auto", description="prompts through the tokenizer's chat template: auto = when the tokenizer has one "
         "(instruct models). With it, training prompts are the messages prompt.py gives (a string is one user "

@@ -90,6 +90,19 @@ def test_processes_must_divide_the_generated_batch(monkeypatch, tmp_path):
         grpo_config(req, knobs, "cpu", tmp_path)
 
 
+def test_gradient_checkpointing_is_on_with_cuda_and_off_on_cpu_unless_set(tmp_path):
+    from evotrainer.harness.knobs import read_knobs
+    from evotrainer.trainer.grpo import grpo_config
+    from evotrainer.trainer.wire import PhaseRequest
+
+    knobs = read_knobs(SEED)
+    for setting, device, on in (("auto", "cpu", False), ("auto", "cuda", True), ("on", "cpu", True),
+                                ("off", "cuda", False)):
+        req = PhaseRequest(run_dir=str(tmp_path), phase=1, harness_sha="0" * 40, init_checkpoint="x", steps=2,
+                           policy=C.PolicyConfig(gradient_checkpointing=setting))
+        assert grpo_config(req, knobs, device, tmp_path)["gradient_checkpointing"] is on, (setting, device)
+
+
 @pytest.mark.slow
 def test_two_processes_train_one_phase_and_the_harness_judges_the_whole_batch(tmp_path, policy_cache):
     from evotrainer.judge.replay import replay

@@ -113,6 +113,11 @@ def phase_rollout_func(domain, knobs: Knobs, eos_ids: list[int]):
     return rollout_func(domain, knobs.max_turns or domain.eval_turn_cap, eos_ids)
 
 
+def checkpointing(setting: str, device: str) -> bool:
+    """Whether a phase recomputes activations in the backward pass (``policy.gradient_checkpointing``)."""
+    return setting == "on" or (setting == "auto" and device == "cuda")
+
+
 def grpo_config(req: PhaseRequest, knobs: Knobs, device: str, output_dir: Path) -> dict[str, Any]:
     """The GRPOConfig arguments of a phase: harness knobs, the request's settings, dashboards and generation backend.
 
@@ -152,6 +157,7 @@ def grpo_config(req: PhaseRequest, knobs: Knobs, device: str, output_dir: Path) 
         **grpo_args(req.trainer.generation, req.trainer.vllm_gpu_memory_utilization, device),  # hf or vLLM (colocate)
         seed=sampling_seed(req),
         bf16=device == "cuda" and req.policy.dtype != "float32",
+        gradient_checkpointing=checkpointing(req.policy.gradient_checkpointing, device),
         use_cpu=device == "cpu",
         disable_tqdm=True,
         log_completions=False,
