@@ -89,3 +89,32 @@ def test_policy_code_sees_none_of_the_caller_s_environment(monkeypatch):
                "os.environ.get('PYTHONHASHSEED') == '0'\n    return x + 3")
     for fork in (True, False):
         assert run_batch([(program, TESTS)], FAST, fork=fork)[0].status == "ok", fork
+
+
+def test_a_repeated_job_runs_once_and_every_copy_gets_its_execution(monkeypatch):
+    from evotrainer.domains import execute
+
+    given: list[int] = []
+    real = execute._run_worker
+
+    def counting(jobs, *args, **kwargs):
+        given.append(len(jobs))
+        return real(jobs, *args, **kwargs)
+
+    monkeypatch.setattr(execute, "_run_worker", counting)
+    right, wrong = "def f(x):\n    return x + 3", "def f(x):\n    return x + 2"
+    other = [{"call": "f(1)", "expected": 3}]  # the same program on other tests is another job
+    runs = run_batch([(right, TESTS), (wrong, TESTS), (right, TESTS), (right, other), (wrong, TESTS)], FAST)
+    assert [(e.status, e.passed, e.total) for e in runs] == [("ok", 2, 2), ("fail", 0, 2), ("ok", 2, 2),
+                                                              ("fail", 0, 1), ("fail", 0, 2)]
+    assert given == [3]
+
+
+def test_workers_side_by_side_give_every_program_the_execution_one_worker_gives():
+    programs = ["def f(x):\n    return x + 3", "def f(x):\n    while True:\n        pass", "def f(x):\n    print(5)",
+                "def f(x):\n    return x +", "def f(x):\n    raise ValueError", "def f(x):\n    return 5"]
+    jobs = [(p + f"\n# {k}", TESTS) for k, p in enumerate(programs)]  # no two alike: each one runs
+    one = run_batch(jobs, ExecLimits(time_s=1.0, memory_mb=256, workers=1))
+    three = run_batch(jobs, ExecLimits(time_s=1.0, memory_mb=256, workers=3))
+    assert [(e.status, e.passed) for e in three] == [(e.status, e.passed) for e in one]
+    assert [e.status for e in one] == ["ok", "timeout", "fail", "syntax_error", "fail", "fail"]

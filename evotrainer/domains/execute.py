@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -48,6 +50,9 @@ class ExecLimits(BaseModel):
     backend: Literal["auto", "unshare", "process"] = Field(
         "auto", description="isolation of the batch worker: unshare (own user, network and PID namespaces: no "
         "network, nothing outlives the batch), process (limits and group kill only), auto: unshare where it works")
+    workers: int = Field(
+        0, ge=0, le=64, description="batch workers run side by side, each on its share of a batch's programs (the "
+        "trainer waits while they run, so its cores are free); 0 = one per CPU core")
 
 
 @dataclass(frozen=True)
@@ -94,24 +99,47 @@ def run_batch(jobs: list[Job], limits: ExecLimits | None = None, python: str | N
     """Run every (program, tests) pair of one batch in one fresh worker; one :class:`Execution` per job, in order.
     ``python`` is the interpreter the programs run under (default: this one); ``fork`` forks each program's child
     from the worker rather than starting a new interpreter (the same limits; off only to measure the difference:
-    ``benchmarks/executor_throughput.py``). Never raises for what a program does:
-    a failure of the executor itself is ``grader_error`` on each job it left unanswered."""
+    ``benchmarks/executor_throughput.py``). A job that repeats an earlier one of the batch (the same program and
+    tests: a GRPO group often samples one body several times) runs once and each copy gets its execution. Never
+    raises for what a program does: a failure of the executor itself is ``grader_error`` on each job it left
+    unanswered."""
     limits = limits or ExecLimits()
     out: list[Execution | None] = [None] * len(jobs)
+    first: dict[str, int] = {}  # a job's text -> the index of its first copy, the one that runs
+    copies: dict[int, int] = {}
     todo = []
     for i, (program, tests) in enumerate(jobs):
         if program is None or not program.strip():
             out[i] = Execution("no_code", 0, len(tests), "no code")
+            continue
+        key = json.dumps([program, tests], sort_keys=True)
+        if key in first:
+            copies[i] = first[key]
         else:
+            first[key] = i
             todo.append(i)
     if todo:
         answers = _run_worker([jobs[i] for i in todo], limits, python or sys.executable, fork)
         for i, answer in zip(todo, answers):
             out[i] = answer
+    for i, j in copies.items():
+        out[i] = out[j]
     return [e for e in out if e is not None]
 
 
 def _run_worker(jobs: list[Job], limits: ExecLimits, python: str, fork: bool = True) -> list[Execution]:
+    """The batch split among ``limits.workers`` workers run side by side (contiguous shares, answers in order)."""
+    n = min(limits.workers or os.cpu_count() or 1, len(jobs))
+    if n <= 1:
+        return _one_worker(jobs, limits, python, fork)
+    size = -(-len(jobs) // n)
+    shares = [jobs[k:k + size] for k in range(0, len(jobs), size)]
+    with ThreadPoolExecutor(len(shares)) as pool:  # each thread only waits on its worker process
+        return [e for answers in pool.map(lambda share: _one_worker(share, limits, python, fork), shares)
+                for e in answers]
+
+
+def _one_worker(jobs: list[Job], limits: ExecLimits, python: str, fork: bool = True) -> list[Execution]:
     request = {"jobs": [{"program": p, "tests": t} for p, t in jobs], "time_s": limits.time_s, "fork": fork,
                "memory_mb": limits.memory_mb, "python": python}
     prefix = _UNSHARE if backend_of(limits) == "unshare" else []
