@@ -110,11 +110,17 @@ def test_a_repeated_job_runs_once_and_every_copy_gets_its_execution(monkeypatch)
     assert given == [3]
 
 
-def test_workers_side_by_side_give_every_program_the_execution_one_worker_gives():
+def test_workers_side_by_side_give_every_program_the_execution_one_worker_gives(monkeypatch):
+    from evotrainer.domains import execute
+
+    shares: list[int] = []
+    real = execute._one_worker
+    monkeypatch.setattr(execute, "_one_worker", lambda jobs, *a, **k: shares.append(len(jobs)) or real(jobs, *a, **k))
     programs = ["def f(x):\n    return x + 3", "def f(x):\n    while True:\n        pass", "def f(x):\n    print(5)",
                 "def f(x):\n    return x +", "def f(x):\n    raise ValueError", "def f(x):\n    return 5"]
     jobs = [(p + f"\n# {k}", TESTS) for k, p in enumerate(programs)]  # no two alike: each one runs
     one = run_batch(jobs, ExecLimits(time_s=1.0, memory_mb=256, workers=1))
     three = run_batch(jobs, ExecLimits(time_s=1.0, memory_mb=256, workers=3))
+    assert shares == [6, 2, 2, 2]  # one worker took the whole batch, then three took a share each
     assert [(e.status, e.passed) for e in three] == [(e.status, e.passed) for e in one]
     assert [e.status for e in one] == ["ok", "timeout", "fail", "syntax_error", "fail", "fail"]

@@ -229,9 +229,9 @@ class CodeDomain(Domain):
         strict = self.verify_batch(tasks, completions)
         forgiven = [_FLOAT_INT.sub(r"\1", c) for c in completions]
         redo = [i for i, (c, f, v) in enumerate(zip(completions, forgiven, strict)) if v is False and f != c]
-        for i, verdict in zip(redo, self.verify_batch([tasks[i] for i in redo], [forgiven[i] for i in redo])
-                              if redo else []):
-            strict[i] = verdict
+        if redo:
+            for i, verdict in zip(redo, self.verify_batch([tasks[i] for i in redo], [forgiven[i] for i in redo])):
+                strict[i] = verdict
         return strict
 
     def verify_tolerant(self, task: Task, completion: str) -> bool:
