@@ -139,3 +139,22 @@ def test_the_tolerant_score_forgives_an_integer_written_as_a_float_and_nothing_e
     assert domain.verify_tolerant_batch(tasks, [m.replace(".", ".5") for m in misses]) == [False] * len(tasks)
     assert domain.verify_tolerant_batch(tasks, [" x + 1000."] * len(tasks)) == [False] * len(tasks)
     assert domain.verify_tolerant(tasks[0], tasks[0]["answer"]) and not domain.verify_tolerant(tasks[0], " x.")
+
+
+def test_training_s_one_executor_run_gives_what_the_visible_and_hidden_runs_give_apart(domain, splits):
+    """score_batch runs each program once on its visible then hidden tests; the reward's execution and the verdict
+    are what reward_executions and verify_batch give apart, for programs that stop, hang or fail in either part."""
+    task = next(t for t in splits["rl"] if t["difficulty"] == "4")  # its visible tests also fit a line
+    (a, _), (b, _) = [(int(t["call"][2:-1]), t["expected"]) for t in task["tests"]]
+    slope = (task["tests"][1]["expected"] - task["tests"][0]["expected"]) // (b - a)
+    line = f"x*{slope}+{task['tests'][0]['expected'] - slope * a}"  # passes the visible tests, fails hidden ones
+    h = int(task["hidden_tests"][0]["call"][2:-1])
+    programs = [task["answer"], line, f"{task['answer']} if x != {h} else __import__('os')._exit(0)",
+                f"{task['answer']} if x != {a} else next(i for i in iter(int, 1) if i)",  # hangs on a visible input
+                f"{task['answer']} if x != {h} else 1 // 0", "x +", " ", "undefined_name"]
+    tasks = [task] * len(programs)
+    executions, verdicts = domain.score_batch(tasks, programs)
+    assert executions == domain.reward_executions(tasks, programs)
+    assert verdicts == domain.verify_batch(tasks, programs)
+    assert [e["status"] for e in executions] == ["ok", "ok", "ok", "timeout", "ok", "syntax_error", "no_code", "fail"]
+    assert verdicts == [True, False, False, True, False, False, False, False]

@@ -124,3 +124,15 @@ def test_workers_side_by_side_give_every_program_the_execution_one_worker_gives(
     assert shares == [6, 2, 2, 2]  # one worker took the whole batch, then three took a share each
     assert [(e.status, e.passed) for e in three] == [(e.status, e.passed) for e in one]
     assert [e.status for e in one] == ["ok", "timeout", "fail", "syntax_error", "fail", "fail"]
+
+
+def test_a_part_of_a_run_reads_as_its_own_run_would():
+    tests = [{"call": f"f({x})", "expected": x + 1} for x in range(4)]
+    right, stops, broken, undefined = run_batch(
+        [("def f(x):\n    return x + 1", tests), ("def f(x):\n    return x + 1 if x < 2 else __import__('os')._exit(0)", tests),
+         ("def f(x):\n    return 1 // 0 + x", tests), ("def f(x):\n    return x\n1 // 0", tests)], ExecLimits(time_s=1))
+    assert right.results == (True,) * 4 and right.part(1, 3).status == "ok" and right.part(4, 4).status == "ok"
+    assert stops.part(0, 2).status == "ok" and stops.part(2, 4).status == "fail" and stops.part(2, 4).passed == 0
+    assert broken.part(0, 2).status == "fail" and broken.part(2, 2).status == "ok"  # its definition ran
+    assert undefined.part(2, 2).status == "fail"  # its definition raised: not even an empty part ran
+    assert "results" not in right.as_dict()

@@ -93,8 +93,10 @@ class Domain(ABC):
         grader itself failed: never a wrong answer, counted apart (``Rollout.extra["grader_error"]``)."""
         return [self.verify(t, c) for t, c in zip(tasks, completions)]
 
-    def verify_tolerant_batch(self, tasks: list[Task], completions: list[str]) -> list[bool | None]:
-        """``verify_tolerant`` for one batch; None where the grader itself failed."""
+    def verify_tolerant_batch(self, tasks: list[Task], completions: list[str],
+                              strict: list[bool | None] | None = None) -> list[bool | None]:
+        """``verify_tolerant`` for one batch; None where the grader itself failed. ``strict``: the batch's
+        ``verify_batch`` verdicts when the caller has them (a domain that runs code need not run them again)."""
         return [self.verify_tolerant(t, c) for t, c in zip(tasks, completions)]
 
     def reward_executions(self, tasks: list[Task], completions: list[str]) -> list[dict] | None:
@@ -103,6 +105,12 @@ class Domain(ABC):
         (``{"status", "passed", "total", "detail"}``) and kept in the rollout store so replay sees the same sample.
         None: the domain runs no code (math)."""
         return None
+
+    def score_batch(self, tasks: list[Task], completions: list[str]) -> tuple[list[dict] | None, list[bool | None]]:
+        """What training needs of one generated batch: ``reward_executions`` (the reward's evidence) and
+        ``verify_batch`` (the log's ``verified``). A domain that runs code answers both from one run of each program
+        (code: ``CodeDomain.score_batch``)."""
+        return self.reward_executions(tasks, completions), self.verify_batch(tasks, completions)
 
     def verdict_on_view(self, task: Task, completion: str) -> bool | None:
         """The verifier's verdict on a completion for a task as harness code sees it (``harness_task``: a self-test's

@@ -57,15 +57,31 @@ class ExecLimits(BaseModel):
 
 @dataclass(frozen=True)
 class Execution:
-    """One program's run: its status (:data:`STATUSES`), tests passed of ``total``, and a short reason."""
+    """One program's run: its status (:data:`STATUSES`), tests passed of ``total``, a short reason, and each test's
+    pass in order as far as the program got (``results``: shorter than ``total`` when it stopped early)."""
 
     status: str
     passed: int
     total: int
     detail: str = ""
+    results: tuple[bool, ...] = ()
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """What harness code and the rollout store see: status, passed, total, detail."""
+        return {k: v for k, v in asdict(self).items() if k != "results"}
+
+    def part(self, start: int, stop: int) -> Execution:
+        """The execution of tests ``start:stop`` alone, read off this run of them all (tests run in order, so a part
+        that finished reads as its own run would have): ok when each of its tests ran and passed, fail when one of
+        them ran and failed, else (the program never reached them) this run's status and reason. An empty part is
+        ok once the program's definition ran (the run is ok or a test ran)."""
+        own, n = self.results[start:stop], stop - start
+        reached = len(own) == n and (n > 0 or self.status == "ok" or bool(self.results))
+        if reached and self.status not in ("syntax_error", "no_code", "grader_error"):
+            return Execution("ok" if all(own) else "fail", sum(own), n, "", own)
+        if not all(own):
+            return Execution("fail", sum(own), n, "", own)
+        return Execution(self.status, sum(own), n, self.detail, own)
 
 
 Job = tuple[str | None, list[dict]]  # (program or None for no code, tests: [{"call": "f(2)", "expected": 5}, ...])
@@ -163,7 +179,8 @@ def _one_worker(jobs: list[Job], limits: ExecLimits, python: str, fork: bool = T
             row = json.loads(line)
             if row["status"] not in STATUSES:
                 raise ValueError(row["status"])
-            answers.append(Execution(row["status"], int(row["passed"]), int(row["total"]), str(row["detail"])))
+            answers.append(Execution(row["status"], int(row["passed"]), int(row["total"]), str(row["detail"]),
+                                     tuple(bool(r) for r in row.get("results", ()))))
         except (ValueError, KeyError, TypeError):
             answers.append(Execution("grader_error", 0, 0, f"unreadable worker answer: {line[:80]!r}"))
     error = error or "worker answered fewer jobs than it was given"

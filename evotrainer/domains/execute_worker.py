@@ -6,7 +6,8 @@ that ``evotrainer.domains.execute`` starts once per generated batch. It reads on
 
 and, for each job in turn, runs the program in a child of its own (own session and process group, RLIMIT_AS and
 RLIMIT_CPU, stdin/stdout/stderr discarded, killed with its whole group at the time limit and reaped), then prints one
-JSON line per job: ``{"status": ..., "passed": k, "total": n, "detail": str}``. The child is forked from this worker
+JSON line per job: ``{"status": ..., "passed": k, "total": n, "detail": str, "results": [bool, ...]}`` (``results``:
+each test's pass in order, as far as the program got). The child is forked from this worker
 (``fork``, the default, when ``python`` is the interpreter running it: about 5 ms a program where starting a new
 interpreter costs about 26: ``benchmarks/executor_throughput.py``), with third-party packages off its import path as
 ``-S`` would leave them; else a new ``python -I -S`` process.
@@ -77,6 +78,8 @@ def child(data, channel):
         say(kind="test", passed=bool(ok))
     say(kind="done")
 '''
+_FORKED: dict = {}  # the child function, compiled once here: a forked child calls it (no compile per program)
+exec(_CHILD_FN, _FORKED)  # noqa: S102 - our own source above
 _CHILD = _CHILD_FN + "\nimport json, sys\nchild(json.loads(sys.stdin.read()), int(sys.argv[1]))\n"
 
 
@@ -114,9 +117,7 @@ class _Forked:
                 os.environ.clear()  # as the spawned child's env=ENV (a worker run by hand has the caller's)
                 os.environ.update(ENV)
                 sys.path[:] = [p for p in sys.path if "-packages" not in p]  # as -S: no third-party imports
-                ns: dict = {}
-                exec(_CHILD_FN, ns)
-                ns["child"]({"program": job["program"], "tests": job["tests"]}, write_end)
+                _FORKED["child"]({"program": job["program"], "tests": job["tests"]}, write_end)
             finally:
                 os._exit(0)
 
@@ -139,7 +140,7 @@ def run_one(job: dict, time_s: float, memory_mb: int, python: str, fork: bool = 
     tests = job["tests"]
     total = len(tests)
     if not job.get("program", "").strip():
-        return {"status": "no_code", "passed": 0, "total": total, "detail": "no code"}
+        return {"status": "no_code", "passed": 0, "total": total, "detail": "no code", "results": []}
     read_end, write_end = os.pipe()
     try:
         if fork and os.path.realpath(python) == os.path.realpath(sys.executable) and hasattr(os, "fork"):
@@ -159,7 +160,8 @@ def run_one(job: dict, time_s: float, memory_mb: int, python: str, fork: bool = 
     except OSError as exc:
         os.close(read_end)
         os.close(write_end)
-        return {"status": "grader_error", "passed": 0, "total": total, "detail": f"cannot start: {exc}"[:200]}
+        return {"status": "grader_error", "passed": 0, "total": total, "detail": f"cannot start: {exc}"[:200],
+                "results": []}
     os.close(write_end)
     deadline = time.monotonic() + time_s
     timed_out = False
@@ -191,18 +193,21 @@ def run_one(job: dict, time_s: float, memory_mb: int, python: str, fork: bool = 
             rows.append(json.loads(line))
         except ValueError:
             pass
-    passed = sum(1 for r in rows if r.get("kind") == "test" and r.get("passed") is True)
+    results = [r.get("passed") is True for r in rows if r.get("kind") == "test"][:total]
+    passed = sum(results)
     kinds = [r.get("kind") for r in rows]
     if "syntax_error" in kinds:
-        return {"status": "syntax_error", "passed": 0, "total": total, "detail": rows[0].get("detail", "")}
+        return {"status": "syntax_error", "passed": 0, "total": total, "detail": rows[0].get("detail", ""),
+                "results": []}
     if timed_out or (child.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and "done" not in kinds):
-        return {"status": "timeout", "passed": passed, "total": total, "detail": f"over {time_s:g} s"}
+        return {"status": "timeout", "passed": passed, "total": total, "detail": f"over {time_s:g} s",
+                "results": results}
     if "done" not in kinds:
         why = next((r.get("detail") for r in rows if r.get("kind") == "error"), None)
         why = why or f"ended before its tests finished (exit {child.returncode})"
-        return {"status": "fail", "passed": passed, "total": total, "detail": why}
-    status = "ok" if passed == total and kinds.count("test") == total else "fail"
-    return {"status": status, "passed": passed, "total": total, "detail": ""}
+        return {"status": "fail", "passed": passed, "total": total, "detail": why, "results": results}
+    status = "ok" if passed == total and len(results) == total else "fail"
+    return {"status": status, "passed": passed, "total": total, "detail": "", "results": results}
 
 
 def main() -> None:

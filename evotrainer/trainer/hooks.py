@@ -206,11 +206,12 @@ class HarnessHooks:
                             "completion_tokens": len(ids), "turns": t["turns"], "tool_calls": t["tool_calls"],
                             "tool_errors": t["tool_errors"], "hit_turn_cap": t["hit_turn_cap"]})
         texts = [s["completion"] for s in samples]
-        executions = self.domain.reward_executions(tasks, texts)  # the visible tests: harness code cannot run code
+        # the visible tests' executions (harness code cannot run code) and the evaluator's verdicts (code: the hidden
+        # tests), one executor batch for both
+        executions, verdicts = self.domain.score_batch(tasks, texts)
         for sample, execution in zip(samples, executions or []):
             sample["execution"] = execution
         components = self.worker.score(samples)
-        verdicts = self.domain.verify_batch(tasks, texts)  # evaluator, not harness (code: the hidden tests)
         totals = []
         for sample, verdict, comps in zip(samples, verdicts, components):
             total = total_reward(comps, self.knobs)

@@ -174,7 +174,7 @@ def evaluate(model, tokenizer, domain, tasks: list[dict], max_new_tokens: int, d
                                     eos, sampling, k)
             repeated = [t for t in chunk for _ in range(k)]  # one verifier batch per chunk (code: one executor call)
             verdicts = domain.verify_batch(repeated, texts)
-            lenients = domain.verify_tolerant_batch(repeated, texts)
+            lenients = domain.verify_tolerant_batch(repeated, texts, verdicts)
             for j, t in enumerate(chunk):
                 own = texts[j * k : (j + 1) * k]
                 score = sum(bool(v) for v in verdicts[j * k : (j + 1) * k]) / k  # a grader error (None) scores 0

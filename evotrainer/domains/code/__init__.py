@@ -221,12 +221,34 @@ class CodeDomain(Domain):
         """Each completion on its task's visible tests, one executor batch (the reward's evidence)."""
         return [e.as_dict() for e in self.execute(tasks, completions, "tests")]
 
-    def verify_tolerant_batch(self, tasks: list[Task], completions: list[str]) -> list[bool | None]:
-        """The strict verdicts, and for a strict failure whose body writes an integer as a float literal (``30.``,
-        the warm-up's slip), the verdict of the same body with those integers written as integers: the same function
-        a lenient reader would accept. Nothing else is forgiven (``1.5``, ``x.real`` and another constant stay as
-        they are). One executor batch, and one more for the bodies it rewrites."""
-        strict = self.verify_batch(tasks, completions)
+    def score_batch(self, tasks: list[Task], completions: list[str]) -> tuple[list[dict] | None, list[bool | None]]:
+        """One executor batch for a generated batch: each program runs once against its visible tests and then its
+        hidden ones, and each part is read off that run (``Execution.part``): the visible part is the reward's
+        execution, exactly as its own run (it runs first, so nothing the hidden tests do reaches the reward); the
+        hidden part is the verdict. A run that stopped before its last test (a timeout, an early exit) runs again on
+        the hidden tests alone, so the verdict is ``verify_batch``'s (a program that keeps state between calls
+        aside)."""
+        runs = run_batch([(self.program(t, c), t["tests"] + t["hidden_tests"]) for t, c in zip(tasks, completions)],
+                         self.limits, self.python)
+        shown = [len(t["tests"]) for t in tasks]
+        visible = [e.part(0, v) for e, v in zip(runs, shown)]
+        hidden = [e.part(v, e.total) for e, v in zip(runs, shown)]
+        stopped = [i for i, e in enumerate(runs)
+                   if len(e.results) < e.total and e.status not in ("syntax_error", "no_code", "grader_error")]
+        if stopped:
+            for i, e in zip(stopped, self.execute([tasks[i] for i in stopped], [completions[i] for i in stopped])):
+                hidden[i] = e
+        return [e.as_dict() for e in visible], [None if e.status == "grader_error" else e.status == "ok"
+                                                 for e in hidden]
+
+    def verify_tolerant_batch(self, tasks: list[Task], completions: list[str],
+                              strict: list[bool | None] | None = None) -> list[bool | None]:
+        """The strict verdicts (``strict``, or run here), and for a strict failure whose body writes an integer as a
+        float literal (``30.``, the warm-up's slip), the verdict of the same body with those integers written as
+        integers: the same function a lenient reader would accept. Nothing else is forgiven (``1.5``, ``x.real`` and
+        another constant stay as they are). One executor batch for the bodies it rewrites (and one for the strict
+        verdicts when not given)."""
+        strict = list(strict) if strict is not None else self.verify_batch(tasks, completions)
         forgiven = [_FLOAT_INT.sub(r"\1", c) for c in completions]
         redo = [i for i, (c, f, v) in enumerate(zip(completions, forgiven, strict)) if v is False and f != c]
         if redo:
