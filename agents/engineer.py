@@ -95,7 +95,7 @@ class HeuristicEngineer:
             except ValueError:  # a domain the evaluator does not know: the levels harness.yaml and the phase name
                 cache["levels"] = []
         return {"level_stats": ctx.level_stats, "diagnosis": d, "levels": cache["levels"], "repo": ctx.repo,
-                "base_sha": ctx.base_sha, "promotions": ctx.promotions, "cache": cache}
+                "base_sha": ctx.base_sha, "promotions": ctx.promotions, "cache": cache, "ceilings": ctx.ceilings}
 
     def _moves(self, d: Diagnosis, ctx: EngineerContext, files: dict[str, str], skills: list[Skill], used: set[str],
                cache: dict) -> Iterator[tuple[Intervention, list[str], dict[str, str]]]:

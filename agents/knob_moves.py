@@ -102,11 +102,14 @@ def valid(knobs: Knobs, key: str, value) -> bool:
 
 
 def _knob(key: str, compute: Callable[[Knobs], float | int | str | bool | None]):
-    """An edit setting ``key`` to ``compute(knobs)``; not applicable when that is None, the current value, or a value
-    the Knobs validator refuses."""
+    """An edit setting ``key`` to ``compute(knobs)``, held to the knob's ceiling on this run (``ctx["ceilings"]``,
+    ``agents.roles.ceilings_of``); not applicable when that is None, the current value, or a value the Knobs
+    validator refuses."""
 
     def edit(files: Files, knobs: Knobs, ctx: dict) -> Files | None:
-        value = compute(knobs)
+        value, ceiling = compute(knobs), ctx.get("ceilings", {}).get(key)
+        if ceiling is not None and isinstance(value, (int, float)) and not isinstance(value, bool) and value > ceiling:
+            value = type(value)(ceiling) if getattr(knobs, key) < ceiling else None  # never a raise that lowers
         if value is None or value == getattr(knobs, key) or not valid(knobs, key, value):
             return None
         text = str(value).lower() if isinstance(value, bool) else value if isinstance(value, str) else \

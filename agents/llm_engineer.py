@@ -26,6 +26,7 @@ from agents.llm import LLMRole, UseBuiltin
 from agents.move_kit import layer_of
 from evotrainer.contracts import Candidate, Diagnosis, Skill
 from evotrainer.harness.edits import subtraction_problem
+from evotrainer.harness.knobs import KnobsError, parse_knobs
 from evotrainer.harness.repo import seed_dir
 from evotrainer.judge import variables
 
@@ -90,6 +91,14 @@ def scope_problems(p: Proposal, edits: dict[str, str], read, ctx: EngineerContex
     if p.intervention.startswith(SUBTRACTIONS):
         why = subtraction_problem(ctx.repo, edits, read, ctx.promotions)
         out += [f"{p.intervention} is named as a subtraction but {why}"] if why else []
+    if "harness.yaml" in edits and ctx.ceilings:
+        try:
+            knobs = parse_knobs(edits["harness.yaml"]).model_dump()
+        except KnobsError:  # an invalid harness.yaml is the backtest's to reject, with the validator's message
+            knobs = {}
+        out += [f"harness.yaml sets {key} {knobs[key]}, over the {ceiling:g} this run allows (a larger value fails "
+                f"in the trainer)" for key, ceiling in ctx.ceilings.items()
+                if isinstance(knobs.get(key), (int, float)) and knobs[key] > ceiling]
     return out
 
 
@@ -120,6 +129,9 @@ class LLMEngineer(LLMRole):
                  f"{', '.join(ctx.trial_lost) or 'nothing'}",
                  f"Rejected this phase, with the backtest's reasons:\n{rej or 'none'}",
                  f"Target metrics: {', '.join(target_metrics())}"]
+        if ctx.ceilings:
+            parts.append("The most each knob can be on this run (a larger value fails in the trainer): " + ", ".join(
+                f"{key} {ceiling:g}" for key, ceiling in ctx.ceilings.items()))
         if ctx.feedback:
             parts.append(f"A person reviewed the last candidates and asks you to revise: {ctx.feedback}")
         if ctx.escalation:

@@ -111,6 +111,15 @@ class EngineerContext:
     escalation: str = ""  # set after phases in a row with nothing promoted: change layer or propose a subtraction
     avoid_layers: list[str] = field(default_factory=list)  # harness layers edited during that stall
     promotions: list[Promotion] = field(default_factory=list)  # every promotion so far (what a subtraction undoes)
+    ceilings: dict[str, float] = field(default_factory=dict)  # knob -> the most it can be here (ceilings_of)
+
+
+def ceilings_of(results: list) -> dict[str, float]:
+    """The most a knob can be on this run, as the last trained phase (a PhaseResult) measured it: for
+    max_completion_length, the room its prompts left in the policy's context window (a larger budget fails in the
+    trainer). A move never asks for more (``agents.knob_moves``)."""
+    room = results[-1].train.get("budget_room") if results else None
+    return {"max_completion_length": room} if room else {}
 
 
 class Diagnostician(Protocol):

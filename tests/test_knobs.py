@@ -206,6 +206,12 @@ def test_the_optimizer_state_carries_into_the_next_phase(run_dir):
     # the phase keeps its per-step log (what its means hide): one value per step, in order
     assert carried.trajectory["learning_rate"] == pytest.approx([rate, rate])
     assert len(carried.trajectory["entropy"]) == len(carried.trajectory["reward"]) == 2
+    # the room the phase's prompts leave in the policy's window: the ceiling of the Engineer's budget moves
+    from agents.roles import ceilings_of
+
+    window = AutoModelForCausalLM.from_pretrained(carried.checkpoint_path).config.max_position_embeddings
+    assert 0 < carried.train["budget_room"] < window
+    assert ceilings_of([first, carried]) == {"max_completion_length": carried.train["budget_room"]}
 
 
 def test_a_reward_weight_that_names_no_component_is_refused_in_training_and_replay():

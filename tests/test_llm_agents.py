@@ -470,3 +470,26 @@ def test_engineer_may_target_any_metric_the_effect_step_measures_and_nothing_els
     assert "target_metric 'happiness' is not one of the listed metrics" in last_user(calls[1]["messages"])
     assert "format_failure_rate" in calls[0]["messages"][1]["content"]
     assert cand.target_metric == "format_failure_rate"
+
+
+def test_engineer_is_told_the_run_s_ceilings_and_a_budget_over_one_is_sent_back(tmp_path, repo):
+    """The room the policy's window leaves (ctx.ceilings, from the last phase) is in the request; a proposal over it
+    is sent back with the figure, before it costs a trial that would fail in the trainer."""
+    ev = evidence(tmp_path, repo)
+    (d,) = [x.model_copy(update={"status": "confirmed"}) for x in HeuristicDiagnostician().diagnose(ev)
+            if x.failure_mode == "dead_groups"]
+    line = "max_completion_length: 8 "
+
+    def budget(n: int) -> dict:
+        return {"candidates": [{**proposal(d.id, "raise_budget", "harness.yaml:max_completion_length",
+                                           [("harness.yaml", line, f"max_completion_length: {n} ")]),
+                                "target_metric": "truncation_rate", "direction": "down"}]}
+
+    answers = iter([budget(64), budget(40)])
+    ctx = EngineerContext(phase=1, round=1, repo=repo, base_sha=repo.sha("main"), knobs=ev.knobs, domain="math",
+                          ceilings={"max_completion_length": 50})
+    with scripted(lambda model, messages: json.dumps(next(answers))) as calls:
+        (cand,) = LLMEngineer(llm_ctx(tmp_path), HeuristicEngineer()).propose([d], ctx, {})
+    assert "(a larger value fails in the trainer): max_completion_length 50" in calls[0]["messages"][1]["content"]
+    assert "harness.yaml sets max_completion_length 64, over the 50 this run allows" in last_user(calls[1]["messages"])
+    assert "max_completion_length: 40" in repo.show_file(cand.sha, "harness.yaml")

@@ -375,13 +375,19 @@ def test_the_budget_moves_size_from_evidence_both_ways():
     files = seed_files()
     knobs = parse_knobs(files["harness.yaml"])
 
-    def budget(name, **cite):
+    def budget(name, room=None, **cite):
         d = diagnosis("truncation", False).model_copy(update={"evidence": [
             MetricEvidence(name=k, value=v, low=v, high=v, n=300) for k, v in cite.items()]})
-        edits = find("math", name).edit(files, knobs, {"diagnosis": d})
+        ceilings = {"max_completion_length": room} if room else {}
+        edits = find("math", name).edit(files, knobs, {"diagnosis": d, "ceilings": ceilings})
         return edits and yaml.safe_load(edits["harness.yaml"])["max_completion_length"]
 
     assert budget("raise_max_completion_length", **{UNCUT_LENGTH: 30.0}) == 32
+    # the policy's window leaves room for 20 tokens after the longest prompt: a raise asks for no more, and none is
+    # proposed where the budget already fills that room
+    assert budget("raise_max_completion_length", room=20, **{UNCUT_LENGTH: 30.0}) == 20
+    assert budget("raise_max_completion_length", room=8) is None
+    assert budget("lower_max_completion_length", room=8) == 4
     assert budget("raise_max_completion_length") == 16
     assert budget("lower_max_completion_length") == 4
     assert budget("lower_max_completion_length", **{UNCUT_LENGTH: 3.0}) is None  # twice what they need is 8

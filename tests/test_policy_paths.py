@@ -175,7 +175,9 @@ def test_a_completion_budget_beyond_the_context_window_is_one_readable_error(tmp
 
     model, tokenizer, _ = load_policy(str(_tiny(tmp_path, chat=True)), "cpu", "float32", False, 8)
     prompt = [{"role": "user", "content": "What is 12 + 7? Reply with only the number."}]
-    check_budget(model, tokenizer, [prompt], 24, chat=True)  # fits the 96-position window
+    room = check_budget(model, tokenizer, [prompt, prompt], 24, chat=True)  # fits the 96-position window
+    text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    assert room == 96 - len(tokenizer(text, add_special_tokens=False)["input_ids"])  # what a budget may fill
     with pytest.raises(ValueError, match=r"max_completion_length 90 \+ the longest prompt \(\d+ tokens\) exceed "
                                          r"the policy's context window of 96 tokens"):
         check_budget(model, tokenizer, [prompt], 90, chat=True)

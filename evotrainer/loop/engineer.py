@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from agents.roles import EngineerContext
+from agents.roles import EngineerContext, ceilings_of
 from evotrainer.contracts import Candidate
 from evotrainer.judge import arbitrate
 from evotrainer.loop import escalation
@@ -33,7 +33,7 @@ def step(rt: Runtime, state: RunState) -> dict:
         knobs=rt.evidence.knobs(base), domain=rt.cfg.domain, tried=state.tried(), rejections=rejections,
         pilot=rt.cfg.backtest.trial_steps > 0, level_stats=level_history(rt.evidence.rollouts(state.phase)),
         feedback=state.feedback, promotions=list(state.promotions), no_effect=list(state.no_effect.get(base, [])),
-        trial_lost=list(state.trial_lost.get(base, [])),
+        trial_lost=list(state.trial_lost.get(base, [])), ceilings=ceilings_of(state.results),
     )
     ctx.escalation, ctx.avoid_layers = escalation.instruct(rt, state)  # stalled: change layer or subtract
     t0 = time.time()

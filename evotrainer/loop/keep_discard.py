@@ -19,7 +19,7 @@ its fallbacks and the budget) leaves the step to the playbook, and the ``promote
 from __future__ import annotations
 
 from agents import playbook
-from agents.roles import EngineerContext
+from agents.roles import EngineerContext, ceilings_of
 from evotrainer.agents_config import HEURISTIC
 from evotrainer.contracts import Candidate, Diagnosis, Promotion
 from evotrainer.harness.repo import HARNESS_FILES, parse_trailers
@@ -99,7 +99,8 @@ def _llm_edit(rt: Runtime, state: RunState, promotions: list[Promotion], main: s
         return None
     ctx = EngineerContext(phase=state.phase, round=1, repo=rt.repo, base_sha=main, knobs=rt.evidence.knobs(main),
                           domain=rt.cfg.domain, tried=[p.candidate.intervention for p in promotions],
-                          level_stats=level_history(rt.evidence.rollouts(state.phase)), promotions=promotions)
+                          level_stats=level_history(rt.evidence.rollouts(state.phase)), promotions=promotions,
+                          ceilings=ceilings_of(state.results))
     made = rt.agents.engineer.propose([scalar_finding(state, promotions)], ctx, {})
     return made[0] if made else None
 

@@ -80,18 +80,22 @@ def policy_prompt(prompt: str | list[dict], chat: bool) -> str | list[dict]:
     return prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
 
 
-def check_budget(model, tokenizer, prompts: list, max_completion_length: int, chat: bool) -> None:
-    """Raise ValueError (one line) when prompt + completion budget cannot fit the model's context window."""
+def check_budget(model, tokenizer, prompts: list, max_completion_length: int, chat: bool) -> int | None:
+    """The room the phase's prompts leave in the model's context window (the window less the longest prompt's tokens:
+    the largest completion budget that fits; None when the model states no window). Raise ValueError (one line) when
+    the completion budget does not fit it."""
     window = getattr(model.config, "max_position_embeddings", None)
     if not window or not prompts:
-        return
+        return None
+    distinct = {json.dumps(p, sort_keys=True): p for p in prompts}.values()  # a phase draws each task many times
     texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) if chat else p
-             for p in prompts]
-    longest = max(len(tokenizer(t, add_special_tokens=not chat)["input_ids"]) for t in texts)
+             for p in distinct]
+    longest = max(len(ids) for ids in tokenizer(texts, add_special_tokens=not chat)["input_ids"])
     if longest + max_completion_length > window:
         raise ValueError(f"max_completion_length {max_completion_length} + the longest prompt ({longest} tokens) "
                          f"exceed the policy's context window of {window} tokens: lower max_completion_length in "
                          f"harness.yaml, or use a model with a longer window")
+    return window - longest
 
 
 def stop_ids(model, tokenizer) -> list[int]:
@@ -185,6 +189,7 @@ class Trained:
     optimizer_state: dict | None  # AdamW's state (with LoRA, the adapter's)
     chat: str  # policy.chat: how the evaluator prompts this policy
     attempts: list[dict]  # what harness code tried in the sandbox while training (every rank's), each {kind, what, ...}
+    room: int | None  # the largest completion budget the phase's prompts leave room for (check_budget)
 
 
 def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int) -> Trained:
@@ -234,7 +239,7 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
         dataset = Dataset.from_list([
             {"prompt": p, "task_json": json.dumps(t), "task_id": t["id"]} for p, t in zip(prompts, tasks)
         ])
-        check_budget(model, tokenizer, prompts[:64], knobs.max_completion_length, chat)
+        room = check_budget(model, tokenizer, prompts, knobs.max_completion_length, chat)
         if knobs.beta > 0 and req.reference_checkpoint and not req.policy.lora:
             model.config._name_or_path = req.reference_checkpoint  # TRL builds the KL reference from this path
         # with LoRA the reference is the base model with the adapter switched off, or, from a phase's start
@@ -280,7 +285,7 @@ def _train(req: PhaseRequest, progress: Progress, scratch: Path, task_seed: int)
     if world() > 1:
         with contextlib.suppress(OSError):  # the last rank out removes the phase's folder of rank folders
             scratch.parent.rmdir()
-    return Trained(model, tokenizer, hooks, train_logs, device, domain, rd, moments, req.policy.chat, attempts)
+    return Trained(model, tokenizer, hooks, train_logs, device, domain, rd, moments, req.policy.chat, attempts, room)
 
 
 def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseResult | None:
@@ -326,6 +331,7 @@ def run_phase(req: PhaseRequest, progress: Progress = lambda _: None) -> PhaseRe
         "verified_rate": stats["verified_rate"], "completion_length": stats["completion_tokens_mean"],
         "entropy": mean("entropy"), "kl": mean("kl"), "loss": mean("loss"), "grad_norm": mean("grad_norm"),
         "clip_ratio": mean("clip_ratio/region_mean"), "learning_rate": mean("learning_rate"),
+        "budget_room": out.room,  # a budget move never asks for more (agents.knob_moves: ctx["ceilings"])
     }
     result = PhaseResult(
         phase=req.phase, harness_sha=req.harness_sha, steps=req.steps,
