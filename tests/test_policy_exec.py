@@ -136,3 +136,29 @@ def test_a_part_of_a_run_reads_as_its_own_run_would():
     assert broken.part(0, 2).status == "fail" and broken.part(2, 2).status == "ok"  # its definition ran
     assert undefined.part(2, 2).status == "fail"  # its definition raised: not even an empty part ran
     assert "results" not in right.as_dict()
+
+
+@pytest.mark.parametrize("body", [
+    "__import__('sys')._getframe(2).f_locals['expected']",  # the caller's frame
+    "next(t['expected'] for l in __import__('gc').get_objects() if type(l) is list for t in l "
+    "if type(t) is dict and t.get('call') == f'f({x})')",  # the worker's memory, which the forked child shares
+    "[__import__('os').write(fd, b'{\"kind\": \"test\", \"passed\": true}\\n' * 9 + b'{\"kind\": \"done\"}\\n') "
+    "for fd in range(3, 64) if fd > 2 and not __import__('os').isatty(fd) and __import__('stat').S_ISFIFO("
+    "__import__('os').fstat(fd).st_mode)] and __import__('os')._exit(0)",  # passes written to the report pipe
+])
+def test_a_program_cannot_find_or_forge_what_a_test_expects(body):
+    """Expected values never reach the program's process, and what the worker reads from the program's report is
+    its return values, compared outside it: reading the caller's frame, the process's memory or forging the report
+    passes no test (these bodies passed every test, hidden ones included, before the expected values left it)."""
+    tests = [{"call": "f(3)", "expected": 17}, {"call": "f(11)", "expected": -4}]
+    (run,) = run_batch([(f"def f(x):\n    return {body}\n", tests)], ExecLimits(time_s=2))
+    assert run.passed == 0 and run.status != "ok", run
+
+
+def test_only_a_value_of_exactly_the_expected_type_passes():
+    tests = [{"call": "f(1)", "expected": 2}, {"call": "f(1)", "expected": [1, 2]}, {"call": "f(1)", "expected": "a"}]
+    bodies = {"2": [True, False, False], "2.0": [False, False, False], "True": [False, False, False],
+              "type('I', (int,), {})(2)": [False, False, False], "[1, 2]": [False, True, False],
+              "(1, 2)": [False, False, False], "'a'": [False, False, True], "'a' * 70000": [False, False, False]}
+    runs = run_batch([(f"def f(x):\n    return {b}\n", tests) for b in bodies], ExecLimits(time_s=2))
+    assert [list(r.results) for r in runs] == list(bodies.values())

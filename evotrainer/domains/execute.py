@@ -12,7 +12,10 @@ the worker; otherwise (``process``) only the limits and the group kill hold.
 Each execution has a status (:data:`STATUSES`): ``ok`` (every test passed), ``fail`` (a test failed, the program
 raised or ended before its tests did), ``timeout``, ``syntax_error``, ``no_code`` and ``grader_error`` -- the
 executor itself failed (the worker could not start, died or answered nonsense): never a wrong answer; callers count
-it and leave it out of scores. Try it alone::
+it and leave it out of scores. A call test's expected value stays in this process (the worker gets the call alone and
+reports what it returned; :func:`_passes` compares): a program can read anything in the process it runs in, and a
+body that returned the expected value it found there (in its caller's frame, among the objects the garbage collector
+lists) passed every test, hidden ones included. Try it alone::
 
     python -m evotrainer.domains.execute   # runs three programs and prints their executions
 """
@@ -155,9 +158,34 @@ def _run_worker(jobs: list[Job], limits: ExecLimits, python: str, fork: bool = T
                 for e in answers]
 
 
+def _passes(outcome: dict, test: dict) -> bool:
+    """Whether a test passed: a script test as the worker saw it; a call when it returned a value of exactly the
+    expected type equal to the expected value (compared here: the worker never sees it)."""
+    if "exec" in test:
+        return outcome.get("passed") is True
+    if "value" not in outcome:
+        return False
+    expected, got = test["expected"], outcome["value"]
+    return type(got) is type(expected) and got == expected
+
+
+def _judged(status: str, detail: str, outcomes: list, tests: list[dict]) -> Execution:
+    """The worker's answer for one job, judged against the tests' expected values: ``ok`` only when every test ran
+    (the worker's ``ok``) and passed."""
+    results = tuple(isinstance(o, dict) and _passes(o, t) for o, t in zip(outcomes, tests))
+    if status == "ok" and not (len(results) == len(tests) and all(results)):
+        status = "fail"
+    return Execution(status, sum(results), len(tests), detail, results)
+
+
+def _blind(test: dict) -> dict:
+    """A test as the worker gets it: without its expected value (the program shares the worker's memory)."""
+    return {k: v for k, v in test.items() if k != "expected"}
+
+
 def _one_worker(jobs: list[Job], limits: ExecLimits, python: str, fork: bool = True) -> list[Execution]:
-    request = {"jobs": [{"program": p, "tests": t} for p, t in jobs], "time_s": limits.time_s, "fork": fork,
-               "memory_mb": limits.memory_mb, "python": python}
+    request = {"jobs": [{"program": p, "tests": [_blind(t) for t in tests]} for p, tests in jobs],
+               "time_s": limits.time_s, "fork": fork, "memory_mb": limits.memory_mb, "python": python}
     prefix = _UNSHARE if backend_of(limits) == "unshare" else []
     budget = len(jobs) * (limits.time_s + 2.0) + 10.0  # each program's limit plus its start and reaping
     error = ""
@@ -174,15 +202,14 @@ def _one_worker(jobs: list[Job], limits: ExecLimits, python: str, fork: bool = T
     except OSError as exc:
         lines, error = [], f"worker could not start: {exc}"
     answers = []
-    for line in lines[:len(jobs)]:
+    for line, (_, tests) in zip(lines, jobs):
         try:
             row = json.loads(line)
-            if row["status"] not in STATUSES:
+            if row["status"] not in STATUSES or int(row["total"]) != len(tests):
                 raise ValueError(row["status"])
-            answers.append(Execution(row["status"], int(row["passed"]), int(row["total"]), str(row["detail"]),
-                                     tuple(bool(r) for r in row.get("results", ()))))
+            answers.append(_judged(row["status"], str(row["detail"]), list(row["outcomes"]), tests))
         except (ValueError, KeyError, TypeError):
-            answers.append(Execution("grader_error", 0, 0, f"unreadable worker answer: {line[:80]!r}"))
+            answers.append(Execution("grader_error", 0, len(tests), f"unreadable worker answer: {line[:80]!r}"))
     error = error or "worker answered fewer jobs than it was given"
     answers += [Execution("grader_error", 0, len(t), error[:200]) for _, t in jobs[len(answers):]]
     return answers

@@ -1,13 +1,22 @@
 """The policy-code executor's batch worker: a standalone script (standard library only, run by path with ``python -I``)
 that ``evotrainer.domains.execute`` starts once per generated batch. It reads one JSON object from stdin::
 
-    {"jobs": [{"program": str, "tests": [{"call": "f(2)", "expected": 5}, {"exec": "assert f(3) == 6"}, ...]}, ...],
+    {"jobs": [{"program": str, "tests": [{"call": "f(2)"}, {"exec": "assert f(3) == 6"}, ...]}, ...],
      "time_s": float, "memory_mb": int, "python": str, "fork": bool}
 
 and, for each job in turn, runs the program in a child of its own (own session and process group, RLIMIT_AS and
 RLIMIT_CPU, stdin/stdout/stderr discarded, killed with its whole group at the time limit and reaped), then prints one
-JSON line per job: ``{"status": ..., "passed": k, "total": n, "detail": str, "results": [bool, ...]}`` (``results``:
-each test's pass in order, as far as the program got). The child is forked from this worker
+JSON line per job: ``{"status": ..., "total": n, "detail": str, "outcomes": [...]}``, one outcome per test in order,
+as far as the program got: ``{"value": v}`` (what a call returned), ``{"error": name}`` (it raised, or returned what
+is not exactly JSON: another type, a subclass, a value over 64 KiB) or, for a script test, ``{"passed": bool}``.
+``status`` is ``ok`` when every test ran, else why not (``fail``: it raised at definition or ended early).
+
+**A call test's expected value never reaches this process** (``evotrainer.domains.execute`` keeps it and compares
+what the call returned): a program shares its process with the code that calls it, so anything there is its to read
+(the caller's frame, every object the garbage collector can list, the report pipe), and a body that returned the
+expected value it found there passed every test, hidden ones included. A script test (HumanEval's ``check``) carries
+its expectations in its own code, which runs in the program's process: it is for evaluating real models, not a
+boundary a policy cannot cross. The child is forked from this worker
 (``fork``, the default, when ``python`` is the interpreter running it: about 5 ms a program where starting a new
 interpreter costs about 26: ``benchmarks/executor_throughput.py``), with third-party packages off its import path as
 ``-S`` would leave them; else a new ``python -I -S`` process.
@@ -38,6 +47,7 @@ import time
 # child: none of the caller's variables (API keys, the trainer token) reach policy code, and a fixed hash seed keeps
 # a program's set and dict order the same every run
 ENV = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"}
+REPORT_MAX = 4 * 1024 * 1024  # bytes of one program's report read at most (a value is at most 64 KiB a test)
 # What the child runs, as source (a spawned interpreter runs it with -c; a forked child execs it and calls ``child``):
 # move the report pipe to an unknown fd, point stdin/stdout/stderr at /dev/null, compile, run, call each test, report
 # each result, then "done".
@@ -56,6 +66,15 @@ def child(data, channel):
     except (SyntaxError, ValueError) as exc:
         say(kind="syntax_error", detail=type(exc).__name__ + ": " + str(exc)[:200])
         return
+    def exact(v, depth=0):  # JSON's own types, exactly (no subclass, no object with an __eq__ of its own)
+        t = type(v)
+        if v is None or t in (bool, int, float, str):
+            return True
+        if depth > 32:
+            return False
+        if t is list:
+            return all(exact(x, depth + 1) for x in v)
+        return t is dict and all(type(k) is str and exact(x, depth + 1) for k, x in v.items())
     tests = data["tests"]
     ns = {"__name__": "__policy__", "__builtins__": __builtins__}
     del data
@@ -65,17 +84,23 @@ def child(data, channel):
         say(kind="error", detail="at definition: " + type(exc).__name__)
         return
     for test in tests:
-        try:
-            if "exec" in test:  # a test script (HumanEval's check): it passes when it runs to its end
+        if "exec" in test:  # a test script (HumanEval's check): it passes when it runs to its end
+            try:
                 exec(compile(test["exec"], "<test>", "exec"), ns)
-                ok = True
-            else:
-                expected = test["expected"]
-                got = eval(test["call"], ns)
-                ok = type(got) is type(expected) and expected == got
+                say(kind="test", passed=True)
+            except BaseException:
+                say(kind="test", passed=False)
+            continue
+        try:
+            got = eval(test["call"], ns)
+            text = json.dumps(got) if exact(got) else None
         except BaseException as exc:
-            ok = False
-        say(kind="test", passed=bool(ok))
+            say(kind="test", error=type(exc).__name__)
+            continue
+        if text is None or len(text) > 65536:
+            say(kind="test", error="not exactly JSON" if text is None else "value over 64 KiB")
+        else:
+            report.write('{"kind": "test", "value": ' + text + "}\n")
     say(kind="done")
 '''
 _FORKED: dict = {}  # the child function, compiled once here: a forked child calls it (no compile per program)
@@ -136,11 +161,11 @@ class _Forked:
 
 def run_one(job: dict, time_s: float, memory_mb: int, python: str, fork: bool = True) -> dict:
     """One program against its tests in a fresh child (forked from this worker when ``fork`` and ``python`` is the
-    interpreter running it, else a new ``python`` process): the status and how many tests passed."""
+    interpreter running it, else a new ``python`` process): whether it ran every test, and each test's outcome."""
     tests = job["tests"]
     total = len(tests)
     if not job.get("program", "").strip():
-        return {"status": "no_code", "passed": 0, "total": total, "detail": "no code", "results": []}
+        return {"status": "no_code", "total": total, "detail": "no code", "outcomes": []}
     read_end, write_end = os.pipe()
     try:
         if fork and os.path.realpath(python) == os.path.realpath(sys.executable) and hasattr(os, "fork"):
@@ -160,13 +185,12 @@ def run_one(job: dict, time_s: float, memory_mb: int, python: str, fork: bool = 
     except OSError as exc:
         os.close(read_end)
         os.close(write_end)
-        return {"status": "grader_error", "passed": 0, "total": total, "detail": f"cannot start: {exc}"[:200],
-                "results": []}
+        return {"status": "grader_error", "total": total, "detail": f"cannot start: {exc}"[:200], "outcomes": []}
     os.close(write_end)
     deadline = time.monotonic() + time_s
     timed_out = False
-    chunks, eof = [], False
-    while True:  # read the child's report until it ends (its pipe closed and the child gone) or the time limit
+    chunks, eof, size = [], False, 0
+    while size <= REPORT_MAX:  # read the child's report until it ends (its pipe closed and the child gone) or the time limit
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             timed_out = True
@@ -180,6 +204,7 @@ def run_one(job: dict, time_s: float, memory_mb: int, python: str, fork: bool = 
             data = os.read(read_end, 65536)
             if data:
                 chunks.append(data)
+                size += len(data)
             else:
                 eof = True
         elif child.poll() is not None:  # gone, the pipe still open: something it left holds it (killed below)
@@ -187,27 +212,27 @@ def run_one(job: dict, time_s: float, memory_mb: int, python: str, fork: bool = 
     os.close(read_end)
     _kill_group(child.pid)  # the program's forked children too, when they stayed in its group
     child.wait()
+    if size > REPORT_MAX:  # what only a program writing to the report pipe itself sends
+        return {"status": "fail", "total": total, "detail": f"report over {REPORT_MAX} bytes", "outcomes": []}
     rows = []
     for line in b"".join(chunks).decode(errors="replace").splitlines():
         try:
-            rows.append(json.loads(line))
-        except ValueError:
-            pass
-    results = [r.get("passed") is True for r in rows if r.get("kind") == "test"][:total]
-    passed = sum(results)
+            row = json.loads(line)
+        except (ValueError, RecursionError):  # a line the program wrote itself: no row
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    outcomes = [{k: v for k, v in r.items() if k != "kind"} for r in rows if r.get("kind") == "test"][:total]
     kinds = [r.get("kind") for r in rows]
     if "syntax_error" in kinds:
-        return {"status": "syntax_error", "passed": 0, "total": total, "detail": rows[0].get("detail", ""),
-                "results": []}
+        return {"status": "syntax_error", "total": total, "detail": rows[0].get("detail", ""), "outcomes": []}
     if timed_out or (child.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and "done" not in kinds):
-        return {"status": "timeout", "passed": passed, "total": total, "detail": f"over {time_s:g} s",
-                "results": results}
-    if "done" not in kinds:
+        return {"status": "timeout", "total": total, "detail": f"over {time_s:g} s", "outcomes": outcomes}
+    if "done" not in kinds or len(outcomes) < total:
         why = next((r.get("detail") for r in rows if r.get("kind") == "error"), None)
         why = why or f"ended before its tests finished (exit {child.returncode})"
-        return {"status": "fail", "passed": passed, "total": total, "detail": why, "results": results}
-    status = "ok" if passed == total and len(results) == total else "fail"
-    return {"status": status, "passed": passed, "total": total, "detail": "", "results": results}
+        return {"status": "fail", "total": total, "detail": why, "outcomes": outcomes}
+    return {"status": "ok", "total": total, "detail": "", "outcomes": outcomes}
 
 
 def main() -> None:
