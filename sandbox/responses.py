@@ -156,6 +156,9 @@ def check(op: str, request: dict, result: Any) -> Any:
                 _text(call["component"], "a recorded call's component")
                 if call["component"] == "prompt.make_prompt":  # the runner's PROMPT_CALL: a text prompt
                     _text(call["value"], "a recorded prompt")
+                elif call["component"].startswith("filters."):  # the runner's FILTER_CALLS: a filter's decision
+                    if type(call["value"]) is not bool:
+                        raise ResponseError("a recorded filter call's value is not a bool")
                 else:
                     _number(call["value"], "a recorded call's value")
     elif op in ("ping", "exit"):

@@ -47,6 +47,7 @@ _ROWS = ("tasks", "samples", "groups", "rollouts")  # request fields that may co
 MAX_TRACEBACK = 20_000  # characters of the traceback sent back
 RECORD_CALLS = 200  # reward and prompt calls a test may record (op_record)
 PROMPT_CALL = "prompt.make_prompt"  # op_record's name for a call of make_prompt (a component so named is not recorded)
+FILTER_CALLS = ("filters.keep_rollout", "filters.keep_group")  # op_record's names for the filters' calls
 
 
 class ContractError(Exception):
@@ -283,10 +284,11 @@ class Runner:
         return {"passed": passed, "failed": failed, "n": len(passed) + len(failed)}
 
     def op_record(self, req: dict) -> dict[str, list[dict]]:
-        """Run the named tests (``tests/FILE.py::NAME``) with every reward component of ``rewards.COMPONENTS`` and
-        ``prompt.make_prompt`` recording their calls: ``{test: [{component, sample, value}]}``, what each test asked
-        of the reward (a finite number) and of the prompt (component ``PROMPT_CALL``, the task as sample, a text
-        prompt as value) and got. At most ``RECORD_CALLS`` calls a test; a sample that is not plain JSON, or a value
+        """Run the named tests (``tests/FILE.py::NAME``) with every reward component of ``rewards.COMPONENTS``,
+        ``prompt.make_prompt`` and the filters recording their calls: ``{test: [{component, sample, value}]}``, what
+        each test asked of the reward (a finite number), of the prompt (component ``PROMPT_CALL``, the task as sample,
+        a text prompt as value) and of a filter (``FILTER_CALLS``: the rollout as sample, or ``{"group": [...]}`` for
+        keep_group, a bool as value) and got. At most ``RECORD_CALLS`` calls a test; a sample that is not plain JSON, or a value
         of another kind, is left out. A test that fails still gives what it recorded; a test not found gives none.
         Everything is restored afterwards, in ``COMPONENTS`` and as the modules' names."""
         wanted = [t for t in _field(req, "tests", list) if isinstance(t, str)]
@@ -298,13 +300,16 @@ class Runner:
         calls: list[tuple[str, Any, Any]] = []
         prompt = self.module("prompt")
         make_prompt = getattr(prompt, "make_prompt", None)
+        filters = self.module("filters")
+        kept = {name: getattr(filters, name.partition(".")[2], None) for name in FILTER_CALLS}
 
         def recording(name: str, fn: Callable) -> Callable:
             def recorder(sample: Any, *args: Any, **kwargs: Any) -> Any:
                 value = fn(sample, *args, **kwargs)
                 if len(calls) < RECORD_CALLS:
                     try:
-                        calls.append((name, json.loads(json.dumps(sample, allow_nan=False)), value))
+                        shown = {"group": sample} if name == "filters.keep_group" else sample
+                        calls.append((name, json.loads(json.dumps(shown, allow_nan=False)), value))
                     except (TypeError, ValueError):
                         pass
                 return value
@@ -320,6 +325,9 @@ class Runner:
                     setattr(rewards, names[name], components[name])
             if callable(make_prompt):
                 prompt.make_prompt = recording(PROMPT_CALL, make_prompt)
+            for name, fn in kept.items():
+                if callable(fn):
+                    setattr(filters, name.partition(".")[2], recording(name, fn))
             files = set(self._test_files())
             for test_id in wanted:
                 path, _, fname = test_id.partition("::")
@@ -336,9 +344,11 @@ class Runner:
                     pass
                 finally:
                     sys.modules.pop(f"_harness_tests_{filename[:-3]}", None)
-                out[test_id] = [{"component": c, "sample": s, "value": v if c == PROMPT_CALL else float(v)}
-                                for c, s, v in calls if (c == PROMPT_CALL and isinstance(v, str))
-                                or (c != PROMPT_CALL and isinstance(v, numbers.Real) and math.isfinite(float(v)))]
+                out[test_id] = [{"component": c, "sample": s, "value": v if c in (PROMPT_CALL, *FILTER_CALLS)
+                                 else float(v)} for c, s, v in calls
+                                if (c == PROMPT_CALL and isinstance(v, str)) or (c in FILTER_CALLS and type(v) is bool)
+                                or (c not in (PROMPT_CALL, *FILTER_CALLS) and isinstance(v, numbers.Real)
+                                    and math.isfinite(float(v)))]
         finally:
             components.clear()
             components.update(originals)
@@ -346,6 +356,9 @@ class Runner:
                 setattr(rewards, attr, originals[name])
             if callable(make_prompt):
                 prompt.make_prompt = make_prompt
+            for name, fn in kept.items():
+                if callable(fn):
+                    setattr(filters, name.partition(".")[2], fn)
         return out
 
     # ---------------------------------------------------------------- dispatch

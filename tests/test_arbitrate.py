@@ -175,3 +175,32 @@ def test_a_test_pinning_a_prompt_other_than_the_evaluators_is_contradicted_by_th
     (other / "prompt.py").write_text((other / "prompt.py").read_text().replace('return ', 'return "Q: " + ', 1))
     (other / "tests/test_harness.py").write_text((main / "tests/test_harness.py").read_text())
     assert not _rule(main, other, failing)[failing[0]].contradicted
+
+
+def test_a_test_pinning_a_filter_that_starves_the_update_is_contradicted_by_the_neutral_filter(tmp_path):
+    """drop_failed's self-test asserts that a wrong body's rollout is left out, so keep_all_rollouts (the move back to
+    the domain's neutral filter) failed it and never reached a trial. The recorded filter calls are ruled on the
+    neutral filter's decisions, for a candidate whose filter is that form; any other filter is not excused."""
+    from agents.move_kit import replace_function
+    from evotrainer.domains.code.neutral import NEUTRAL
+
+    main = materialize("code", "drop_failed", tmp_path / "main")
+    cand = materialize("code", "drop_failed", tmp_path / "cand")
+    filters = (cand / "filters.py").read_text()
+    (cand / "filters.py").write_text(replace_function(filters, "keep_rollout", NEUTRAL.filters["keep_rollout"]))
+    failing = [f["name"] for f in run_selftest(cand)["failed"]]
+    assert failing == ["tests/test_harness.py::test_filters_leave_out_a_run_that_went_wrong"]
+    ruling = _rule(main, cand, failing, "code")[failing[0]]
+    assert ruling.contradicted and "the neutral filter's" in ruling.why, ruling
+    (cand / "tests/test_harness.py").write_text(arbitrate.rewrite((cand / "tests/test_harness.py").read_text(), ruling))
+    assert run_selftest(cand)["failed"] == []
+    pinned = tmp_path / "main_rewritten"  # the rewrite pins the neutral side: main's filter fails it
+    shutil.copytree(main, pinned)
+    shutil.copy(cand / "tests/test_harness.py", pinned / "tests/test_harness.py")
+    assert [f["name"] for f in run_selftest(pinned)["failed"]] == failing
+    other = tmp_path / "other"
+    shutil.copytree(main, other)  # a filter that keeps failures but still drops timeouts: not the neutral form
+    (other / "filters.py").write_text(replace_function(filters, "keep_rollout", (
+        "def keep_rollout(rollout: dict) -> bool:\n"
+        "    return (rollout.get(\"execution\") or {}).get(\"status\") not in (\"grader_error\", \"timeout\")\n")))
+    assert not _rule(main, other, failing, "code")[failing[0]].contradicted

@@ -4,7 +4,9 @@ A harness's own tests guard its code: a candidate that fails one of main's tests
 rejected (``judge/safety.py``). But a test can pin a defect. A test asserting that a loose completion earns full
 reward pins the reward's disagreement with the evaluator, and every repair of that reward then fails it; a test
 asserting that a right answer in an unusual form earns nothing pins the opposite; a test asserting a prompt other
-than the evaluator's pins that prompt, and the move back to the canonical prompt fails it. A person would read the
+than the evaluator's pins that prompt, and the move back to the canonical prompt fails it; a test asserting that a
+wrong answer's rollout is left out of training pins a filter that starves the update, and the move back to the neutral
+filter fails it. A person would read the
 test, see that it asserts what the evaluator denies, and fix the test with the edit. This module does that by
 mechanism, for any test, any reward component, the prompt, and either direction, with no knowledge of the defect.
 
@@ -15,9 +17,12 @@ answered differently by the candidate's code, and on every call that is, the can
 while main's is not. For a reward, the evaluator's answer pays exactly what the verifier accepts (value > 0 when
 verified, else 0 or less), the verdict being the domain's on the harness's view of the task
 (``Domain.verdict_on_view``: math's verifier reads the answer the view carries; code runs the program on the view's
-visible tests, and a failing one settles it). For a prompt, it is the domain's canonical prompt. A call the view
-cannot settle, a component the candidate no longer has, or a difference the evaluator does not side with, leaves the
-test standing: the ruling never excuses a test on a guess.
+visible tests, and a failing one settles it). For a prompt, it is the domain's canonical prompt. For a filter
+(``keep_rollout``, ``keep_group``), it is the domain's neutral filter's decision (``evotrainer.domains.neutral``: every
+rollout trains but what says nothing about the answer), settled only for a candidate whose filter *is* that neutral
+form: a test cannot forbid the comparison with the baseline every filter must beat, which the trial then makes. A
+call the view cannot settle, a component the candidate no longer has, or a difference the evaluator does not side
+with, leaves the test standing: the ruling never excuses a test on a guess.
 
 **The rewrite** (:func:`rewrite`): the test, same name and file, asserting the evaluator-consistent answer (the
 candidate's) to each recorded call. Assertions of the old test on anything else are not kept (its old text stays in
@@ -51,6 +56,7 @@ from evotrainer.harness.repo import HarnessRepo, parse_trailers
 from sandbox import HarnessError, HarnessWorker
 
 PROMPT_CALL = "prompt.make_prompt"  # a recorded call of make_prompt (sandbox/runner.py's name for it)
+FILTER_CALLS = ("filters.keep_rollout", "filters.keep_group")  # recorded filter calls (sandbox/runner.py's names)
 TRAILER = "Arbitrated"  # the candidate commit's trailer naming the tests the evaluator's ruling rewrote
 
 
@@ -85,7 +91,7 @@ def rule(main: HarnessWorker, candidate: HarnessWorker, tests: list[str], domain
         if not calls:
             out[test] = Ruling(test, False, "it asks nothing of rewards.COMPONENTS or make_prompt on main")
             continue
-        scored = [c for c in calls if c["component"] != PROMPT_CALL]
+        scored = [c for c in calls if c["component"] not in (PROMPT_CALL, *FILTER_CALLS)]
         asked = [c for c in calls if c["component"] == PROMPT_CALL]
         try:
             values = candidate.score([c["sample"] for c in scored]) if scored else []
@@ -95,6 +101,9 @@ def rule(main: HarnessWorker, candidate: HarnessWorker, tests: list[str], domain
             continue
         mine = {id(c): v.get(c["component"]) for c, v in zip(scored, values)}
         mine.update({id(c): p for c, p in zip(asked, prompts)})
+        for call in calls:  # a filter's answer is settled only where the candidate's filter is the neutral one
+            if call["component"] in FILTER_CALLS and _neutral_filter(candidate, domain, call["component"]):
+                mine[id(call)] = _verdict(verifier, call)
         rows, differ, sides = [], 0, True
         for call in calls:
             row = {"component": call["component"], "sample": call["sample"], "main": call["value"],
@@ -119,12 +128,41 @@ def rule(main: HarnessWorker, candidate: HarnessWorker, tests: list[str], domain
     return out
 
 
+def _neutral_source(domain: str, component: str) -> str | None:
+    """The source of the domain's neutral form of a filter (``evotrainer.domains.neutral``), or None."""
+    from evotrainer.domains.neutral import forms
+
+    neutral = forms(domain)
+    return neutral.filters.get(component.partition(".")[2]) if neutral is not None else None
+
+
+def _neutral_filter(candidate: HarnessWorker, domain: str, component: str) -> bool:
+    """Whether the candidate's filter is the domain's neutral one, as text (then the neutral form's answer, computed
+    here from our own source, is the candidate's; any other filter's answer is not settled)."""
+    name = component.partition(".")[2]
+    try:
+        mine = function_text((candidate.harness_dir / "filters.py").read_text(), name)
+    except OSError:
+        return False
+    neutral = _neutral_source(domain, component)
+    return mine is not None and neutral is not None and mine.strip() == neutral.strip()
+
+
 def _verdict(verifier, call: dict) -> bool | str | None:
     """The evaluator's word on a recorded call: for a reward, the verdict on the sample's completion for the task
-    as the harness sees it (``Domain.verdict_on_view``); for a prompt, the canonical prompt of the task. None where
-    the view cannot settle it."""
+    as the harness sees it (``Domain.verdict_on_view``); for a prompt, the canonical prompt of the task; for a
+    filter, the answer of the domain's neutral filter (every rollout trains but what says nothing about the answer:
+    the evaluator's side of what a filter may withhold, as the canonical prompt is of what training is asked). None
+    where the view cannot settle it."""
     sample = call["sample"]
     try:
+        if call["component"] in FILTER_CALLS:
+            source, ns = _neutral_source(verifier.name, call["component"]), {}
+            if source is None:
+                return None
+            exec(source, ns)  # noqa: S102 - the domain's own published source, never harness code
+            arg = sample["group"] if call["component"] == "filters.keep_group" else sample
+            return bool(ns[call["component"].partition(".")[2]](arg))
         if call["component"] == PROMPT_CALL:
             return str(verifier.canonical_prompt(sample))
         return verifier.verdict_on_view(sample["task"], sample["completion"])
@@ -135,7 +173,7 @@ def _verdict(verifier, call: dict) -> bool | str | None:
 def _sides_with(value, verdict: bool | str) -> bool:
     """Whether a call's answer is the evaluator's: a reward pays exactly what is verified (> 0 when verified, else
     0 or less); a prompt is the canonical one."""
-    if isinstance(verdict, str):
+    if isinstance(verdict, str) or isinstance(value, bool):  # a prompt, or a filter's decision
         return value == verdict
     return isinstance(value, (int, float)) and (value > 0) == verdict
 
@@ -147,6 +185,8 @@ def _said(rows: list[dict]) -> str:
             continue
         if r["component"] == PROMPT_CALL:
             parts.append(f"make_prompt {r['main']!r} -> {r['candidate']!r}, the evaluator's prompt")
+        elif r["component"] in FILTER_CALLS:
+            parts.append(f"{r['component'].partition('.')[2]} {r['main']} -> {r['candidate']}, the neutral filter's")
         else:
             parts.append(f"{r['component']}({r['sample'].get('completion', '')!r}) {r['main']:g} -> "
                          f"{r['candidate']:g}, {'verified' if r['verified'] else 'not verified'}")
@@ -166,12 +206,17 @@ def rewrite(source: str, ruling: Ruling) -> str:
     body = (f"def {name}():\n"
             f'    """Rewritten by the evaluator\'s arbitration: the test it replaces asserted what the domain\'s\n'
             f'    evaluator contradicts. Each call it made, with the answer that agrees with the evaluator."""\n'
+            f"    from filters import keep_group, keep_rollout\n"
             f"    from prompt import make_prompt\n"
             f"    from rewards import COMPONENTS\n\n"
             f"    checked = {textwrap.indent(pprint.pformat(checked, width=112), '    ').strip()}\n"
             f"    for component, sample, value in checked:\n"
             f"        if component == {PROMPT_CALL!r}:\n"
             f"            assert make_prompt(sample) == value, sample\n"
+            f"        elif component == {FILTER_CALLS[0]!r}:\n"
+            f"            assert keep_rollout(sample) is value, sample\n"
+            f"        elif component == {FILTER_CALLS[1]!r}:\n"
+            f"            assert keep_group(sample['group']) is value, sample\n"
             f"        else:\n"
             f"            assert COMPONENTS[component](sample) == value, (component, sample.get('completion'))\n")
     return "".join(lines[:first]) + body + "".join(lines[node.end_lineno:])
