@@ -208,7 +208,7 @@ def _one_worker(jobs: list[Job], limits: ExecLimits, python: str, fork: bool = T
             if row["status"] not in STATUSES or int(row["total"]) != len(tests):
                 raise ValueError(row["status"])
             answers.append(_judged(row["status"], str(row["detail"]), list(row["outcomes"]), tests))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # a value nested past what json reads
             answers.append(Execution("grader_error", 0, len(tests), f"unreadable worker answer: {line[:80]!r}"))
     error = error or "worker answered fewer jobs than it was given"
     answers += [Execution("grader_error", 0, len(t), error[:200]) for _, t in jobs[len(answers):]]

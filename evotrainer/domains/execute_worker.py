@@ -23,12 +23,12 @@ interpreter costs about 26: ``benchmarks/executor_throughput.py``), with third-p
 
 A child reports over its own pipe (moved to a fresh descriptor before the program runs: not stdout), one line per
 test and a final ``done`` line: a program that exits early (``os._exit(0)``) has no ``done`` line and fails; what a
-program prints goes to /dev/null and scores nothing. A test
-passes only when the call returns a value of exactly the expected type that equals the expected value (a returned
-object whose ``__eq__`` says yes to everything does not pass); a script test (``exec``: HumanEval's ``check``) passes
-when it runs to its end in the program's namespace without raising. Try it alone::
+program prints goes to /dev/null and scores nothing. A call's
+value is reported only when it is exactly of JSON's types (a returned object whose ``__eq__`` says yes to everything
+is an error, never a pass); a script test (``exec``: HumanEval's ``check``) passes when it runs to its end in the
+program's namespace without raising. Try it alone::
 
-    echo '{"jobs":[{"program":"def f(x):\\n    return x+1","tests":[{"call":"f(1)","expected":2}]}],
+    echo '{"jobs":[{"program":"def f(x):\\n    return x+1","tests":[{"call":"f(1)"}]}],
     "time_s":2,"memory_mb":256,"python":"python3"}' | python3 -I evotrainer/domains/execute_worker.py
 """
 
