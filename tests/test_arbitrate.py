@@ -182,12 +182,15 @@ def test_a_test_pinning_a_filter_that_starves_the_update_is_contradicted_by_the_
     the domain's neutral filter) failed it and never reached a trial. The recorded filter calls are ruled on the
     neutral filter's decisions, for a candidate whose filter is that form; any other filter is not excused."""
     from agents.move_kit import replace_function
-    from evotrainer.domains.code.neutral import NEUTRAL
+    from agents.playbook import find
+    from evotrainer.harness.knobs import parse_knobs
 
     main = materialize("code", "drop_failed", tmp_path / "main")
     cand = materialize("code", "drop_failed", tmp_path / "cand")
     filters = (cand / "filters.py").read_text()
-    (cand / "filters.py").write_text(replace_function(filters, "keep_rollout", NEUTRAL.filters["keep_rollout"]))
+    files = {"filters.py": filters, "harness.yaml": (cand / "harness.yaml").read_text()}
+    edit = find("code", "keep_all_rollouts").edit(files, parse_knobs(files["harness.yaml"]), {})  # the move's own
+    (cand / "filters.py").write_text(edit["filters.py"])  # text: the neutral form, with a comment naming the move
     failing = [f["name"] for f in run_selftest(cand)["failed"]]
     assert failing == ["tests/test_harness.py::test_filters_leave_out_a_run_that_went_wrong"]
     ruling = _rule(main, cand, failing, "code")[failing[0]]

@@ -20,9 +20,9 @@ verified, else 0 or less), the verdict being the domain's on the harness's view 
 visible tests, and a failing one settles it). For a prompt, it is the domain's canonical prompt. For a filter
 (``keep_rollout``, ``keep_group``), it is the domain's neutral filter's decision (``evotrainer.domains.neutral``: every
 rollout trains but what says nothing about the answer), settled only for a candidate whose filter *is* that neutral
-form: a test cannot forbid the comparison with the baseline every filter must beat, which the trial then makes. A
-call the view cannot settle, a component the candidate no longer has, or a difference the evaluator does not side
-with, leaves the test standing: the ruling never excuses a test on a guess.
+form (the same code, comments aside): a test cannot forbid the comparison with the baseline every filter must beat,
+which the trial then makes. A call the view cannot settle, a component the candidate no longer has, or a difference
+the evaluator does not side with, leaves the test standing: the ruling never excuses a test on a guess.
 
 **The rewrite** (:func:`rewrite`): the test, same name and file, asserting the evaluator-consistent answer (the
 candidate's) to each recorded call. Assertions of the old test on anything else are not kept (its old text stays in
@@ -137,15 +137,16 @@ def _neutral_source(domain: str, component: str) -> str | None:
 
 
 def _neutral_filter(candidate: HarnessWorker, domain: str, component: str) -> bool:
-    """Whether the candidate's filter is the domain's neutral one, as text (then the neutral form's answer, computed
-    here from our own source, is the candidate's; any other filter's answer is not settled)."""
+    """Whether the candidate's filter is the domain's neutral one, as code (the same syntax tree: comments aside), so
+    that the neutral form's answer, computed here from our own source, is the candidate's; any other filter's answer
+    is not settled."""
     name = component.partition(".")[2]
     try:
         mine = function_text((candidate.harness_dir / "filters.py").read_text(), name)
     except OSError:
         return False
     neutral = _neutral_source(domain, component)
-    return mine is not None and neutral is not None and mine.strip() == neutral.strip()
+    return mine is not None and neutral is not None and ast.dump(ast.parse(mine)) == ast.dump(ast.parse(neutral))
 
 
 def _verdict(verifier, call: dict) -> bool | str | None:
