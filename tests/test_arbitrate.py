@@ -207,3 +207,20 @@ def test_a_test_pinning_a_filter_that_starves_the_update_is_contradicted_by_the_
         "def keep_rollout(rollout: dict) -> bool:\n"
         "    return (rollout.get(\"execution\") or {}).get(\"status\") not in (\"grader_error\", \"timeout\")\n")))
     assert not _rule(main, other, failing, "code")[failing[0]].contradicted
+
+
+def test_the_loop_amends_a_move_back_to_the_neutral_filter_that_a_pinned_test_rejected(tmp_path):
+    """amend (what the loop runs on every candidate) rebuilds keep_all_rollouts on drop_failed with the pinned test
+    rewritten: its self-tests then pass. (It acted on rewards.py and prompt.py only, so the rerun of drop_failed
+    rejected the move again.)"""
+    from agents.playbook import find
+    from evotrainer.harness.knobs import parse_knobs
+
+    repo = HarnessRepo.create(tmp_path / "harness", "code", str(materialize("code", "drop_failed", tmp_path / "seed")))
+    files = {"filters.py": repo.read("main", "filters.py"), "harness.yaml": repo.read("main", "harness.yaml")}
+    edit = find("code", "keep_all_rollouts").edit(files, parse_knobs(files["harness.yaml"]), {})
+    cand = _commit(repo, edit, "filters.keep_rollout", "kept_fraction", "up", "keep_all_rollouts")
+    amended, rulings = arbitrate.amend(repo, cand, sandbox=SANDBOX, hide=[], domain="code", test_timeout_s=4)
+    assert [r.test for r in rulings] == ["tests/test_harness.py::test_filters_leave_out_a_run_that_went_wrong"]
+    assert parse_trailers(repo.message(amended.sha))[arbitrate.TRAILER] == rulings[0].test
+    assert run_selftest(repo.export(amended.sha, tmp_path / "amended"))["failed"] == []

@@ -308,13 +308,13 @@ def amend(repo: HarnessRepo, candidate: Candidate, *, sandbox: SandboxConfig, hi
           test_timeout_s: float, executor: ExecLimits | None = None) -> tuple[Candidate, list[Ruling]]:
     """``candidate``, its commit rebuilt with the tests the evaluator contradicts rewritten (same branch, base,
     message and trailers, a paragraph and an ``Arbitrated`` trailer more), and the rulings; the candidate unchanged
-    and no rulings when it leaves rewards.py and prompt.py alone, its self-tests pass or fail only on tests the
-    evaluator does not contradict, or the commit deletes a file (rebuilt commits only write files)."""
+    and no rulings when it leaves rewards.py, prompt.py and filters.py alone, its self-tests pass or fail only on tests
+    the evaluator does not contradict, or the commit deletes a file (rebuilt commits only write files)."""
     base = candidate.base_sha
     paths = repo.changed_files(base, candidate.sha)
     edits = {p: repo.read(candidate.sha, p) for p in paths}
-    if not {"rewards.py", "prompt.py"} & set(paths) or any(text is None for text in edits.values()):
-        return candidate, []  # only an edit of rewards.py or prompt.py changes what a recorded call answers
+    if not {"rewards.py", "prompt.py", "filters.py"} & set(paths) or any(text is None for text in edits.values()):
+        return candidate, []  # only an edit of these files changes what a recorded call answers
     limits = sandbox.limits.model_copy(update={"call_timeout_s": test_timeout_s})
     with tempfile.TemporaryDirectory(prefix="evo-arbitrate-") as tmp:
         main_dir = repo.export(base, Path(tmp) / "main")
