@@ -288,9 +288,9 @@ class Runner:
         ``prompt.make_prompt`` and the filters recording their calls: ``{test: [{component, sample, value}]}``, what
         each test asked of the reward (a finite number), of the prompt (component ``PROMPT_CALL``, the task as sample,
         a text prompt as value) and of a filter (``FILTER_CALLS``: the rollout as sample, or ``{"group": [...]}`` for
-        keep_group, a bool as value) and got. At most ``RECORD_CALLS`` calls a test; a sample that is not plain JSON, or a value
-        of another kind, is left out. A test that fails still gives what it recorded; a test not found gives none.
-        Everything is restored afterwards, in ``COMPONENTS`` and as the modules' names."""
+        keep_group, a bool as value) and got. At most ``RECORD_CALLS`` calls a test; a sample that is not plain JSON,
+        or a value of another kind, is left out. A test that fails still gives what it recorded; a test not found gives
+        none. Everything is restored afterwards, in ``COMPONENTS`` and as the modules' names."""
         wanted = [t for t in _field(req, "tests", list) if isinstance(t, str)]
         rewards = self.module("rewards")
         components = self.attr("rewards", "COMPONENTS", dict)

@@ -89,7 +89,8 @@ def rule(main: HarnessWorker, candidate: HarnessWorker, tests: list[str], domain
     for test in tests:
         calls = recorded.get(test, [])
         if not calls:
-            out[test] = Ruling(test, False, "it asks nothing of rewards.COMPONENTS or make_prompt on main")
+            out[test] = Ruling(test, False, "it asks nothing of rewards.COMPONENTS, make_prompt or the filters on "
+                               "main")
             continue
         scored = [c for c in calls if c["component"] not in (PROMPT_CALL, *FILTER_CALLS)]
         asked = [c for c in calls if c["component"] == PROMPT_CALL]
@@ -141,12 +142,12 @@ def _neutral_filter(candidate: HarnessWorker, domain: str, component: str) -> bo
     that the neutral form's answer, computed here from our own source, is the candidate's; any other filter's answer
     is not settled."""
     name = component.partition(".")[2]
+    neutral = _neutral_source(domain, component)
     try:
         mine = function_text((candidate.harness_dir / "filters.py").read_text(), name)
-    except OSError:
+        return mine is not None and neutral is not None and ast.dump(ast.parse(mine)) == ast.dump(ast.parse(neutral))
+    except (OSError, ValueError, RecursionError, MemoryError):  # harness text the parser refuses: not the neutral form
         return False
-    neutral = _neutral_source(domain, component)
-    return mine is not None and neutral is not None and ast.dump(ast.parse(mine)) == ast.dump(ast.parse(neutral))
 
 
 def _verdict(verifier, call: dict) -> bool | str | None:
