@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evotrainer.domains.execute_worker import ENV
 
 STATUSES = ("ok", "fail", "timeout", "syntax_error", "no_code", "grader_error")
+NO_TEST_RAN = ("syntax_error", "no_code", "grader_error")  # statuses of a run that reached no test
 _WORKER = Path(__file__).with_name("execute_worker.py")
 _UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
 
@@ -73,6 +74,16 @@ class Execution:
         """What harness code and the rollout store see: status, passed, total, detail."""
         return {k: v for k, v in asdict(self).items() if k != "results"}
 
+    @property
+    def stopped(self) -> bool:
+        """The program ran but stopped before its last test (a timeout, an early exit, an error at definition)."""
+        return len(self.results) < self.total and self.status not in NO_TEST_RAN
+
+    @property
+    def verdict(self) -> bool | None:
+        """Every test passed; None when the executor itself failed (a grader error: never a wrong answer)."""
+        return None if self.status == "grader_error" else self.status == "ok"
+
     def part(self, start: int, stop: int) -> Execution:
         """The execution of tests ``start:stop`` alone, read off this run of them all (tests run in order, so a part
         that finished reads as its own run would have): ok when each of its tests ran and passed, fail when one of
@@ -80,7 +91,7 @@ class Execution:
         ok once the program's definition ran (the run is ok or a test ran)."""
         own, n = self.results[start:stop], stop - start
         reached = len(own) == n and (n > 0 or self.status == "ok" or bool(self.results))
-        if reached and self.status not in ("syntax_error", "no_code", "grader_error"):
+        if reached and self.status not in NO_TEST_RAN:
             return Execution("ok" if all(own) else "fail", sum(own), n, "", own)
         if not all(own):
             return Execution("fail", sum(own), n, "", own)

@@ -215,7 +215,7 @@ class CodeDomain(Domain):
 
     def verify_batch(self, tasks: list[Task], completions: list[str]) -> list[bool | None]:
         """``verify`` for a whole batch in one executor call; None where the executor failed (a grader error)."""
-        return [None if e.status == "grader_error" else e.status == "ok" for e in self.execute(tasks, completions)]
+        return [e.verdict for e in self.execute(tasks, completions)]
 
     def reward_executions(self, tasks: list[Task], completions: list[str]) -> list[dict] | None:
         """Each completion on its task's visible tests, one executor batch (the reward's evidence)."""
@@ -233,13 +233,11 @@ class CodeDomain(Domain):
         shown = [len(t["tests"]) for t in tasks]
         visible = [e.part(0, v) for e, v in zip(runs, shown)]
         hidden = [e.part(v, e.total) for e, v in zip(runs, shown)]
-        stopped = [i for i, e in enumerate(runs)
-                   if len(e.results) < e.total and e.status not in ("syntax_error", "no_code", "grader_error")]
+        stopped = [i for i, e in enumerate(runs) if e.stopped]
         if stopped:
             for i, e in zip(stopped, self.execute([tasks[i] for i in stopped], [completions[i] for i in stopped])):
                 hidden[i] = e
-        return [e.as_dict() for e in visible], [None if e.status == "grader_error" else e.status == "ok"
-                                                 for e in hidden]
+        return [e.as_dict() for e in visible], [e.verdict for e in hidden]
 
     def verify_tolerant_batch(self, tasks: list[Task], completions: list[str],
                               strict: list[bool | None] | None = None) -> list[bool | None]:
