@@ -162,3 +162,24 @@ def test_only_a_value_of_exactly_the_expected_type_passes():
               "(1, 2)": [False, False, False], "'a'": [False, False, True], "'a' * 70000": [False, False, False]}
     runs = run_batch([(f"def f(x):\n    return {b}\n", tests) for b in bodies], ExecLimits(time_s=2))
     assert [list(r.results) for r in runs] == list(bodies.values())
+
+
+# a program that writes a passing row of its own into the worker's answers (through /proc), then one that kills it
+_FORGE_ROW = ("import os, json\nw = open('/proc/%d/fd/1' % os.getppid(), 'w')\n"
+              "w.write(json.dumps({'status': 'ok', 'total': 2, 'detail': '', 'outcomes': [{'value': 5}, {'value': 10}]})"
+              " + '\\n')\nw.flush()\ndef f(x):\n    return 0")
+_KILL_WORKER = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef f(x):\n    return 0"
+
+
+@pytest.mark.parametrize("backend", ["auto", "process"])
+@pytest.mark.parametrize("attack", [_FORGE_ROW, _KILL_WORKER], ids=["forge-a-row", "kill-the-worker"])
+def test_a_program_can_neither_write_the_worker_s_answers_nor_cost_its_batch_a_verdict(backend, attack):
+    """The worker is undumpable and the child holds no capability, so its pipes are closed to the program (a forged
+    row passed the forger and shifted every later row onto the wrong program); a worker killed by a program (same
+    user, under ``process``) costs that program a fail and nobody else anything (the rest of its batch were
+    grader errors)."""
+    right, wrong = "def f(x):\n    return x + 3", "def f(x):\n    return x"
+    limits = FAST.model_copy(update={"backend": backend, "workers": 1})
+    runs = run_batch([(right, TESTS), (attack, TESTS), (wrong, TESTS), (right + "\n", TESTS)], limits)
+    assert [r.status for r in runs] == ["ok", "fail", "fail", "ok"], runs
+    assert runs[1].passed == 0

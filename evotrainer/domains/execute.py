@@ -7,11 +7,15 @@ the worker runs each program in a child of its own with a time limit, an address
 CPU limit, its
 process group killed and reaped after it. Where this machine allows unprivileged namespaces (``unshare``) the worker
 runs in its own user, network and PID namespaces: no network, and every process a program leaves behind dies with
-the worker; otherwise (``process``) only the limits and the group kill hold.
+the worker; otherwise (``process``) only the limits and the group kill hold. The worker makes itself undumpable and
+each child drops every capability, so a program cannot open the worker's pipes through ``/proc`` and write answers
+of its own; a program that kills its worker (same user: only under ``process``) fails, and its batch runs on
+(:func:`_one_worker`).
 
 Each execution has a status (:data:`STATUSES`): ``ok`` (every test passed), ``fail`` (a test failed, the program
 raised or ended before its tests did), ``timeout``, ``syntax_error``, ``no_code`` and ``grader_error`` -- the
-executor itself failed (the worker could not start, died or answered nonsense): never a wrong answer; callers count
+executor itself failed (the worker could not start, died with no program to blame, or answered nonsense): never a
+wrong answer; callers count
 it and leave it out of scores. A call test's expected value stays in this process (the worker gets the call alone and
 reports what it returned; :func:`_passes` compares): a program can read anything in the process it runs in, and a
 body that returned the expected value it found there (in its caller's frame, among the objects the garbage collector
@@ -195,6 +199,34 @@ def _blind(test: dict) -> dict:
 
 
 def _one_worker(jobs: list[Job], limits: ExecLimits, python: str, fork: bool = True) -> list[Execution]:
+    """One worker's share. A worker that ends before answering every job (a program may kill it: it runs as the same
+    user) is not the end of its share: the job it was on runs again alone in a fresh worker, and when that worker
+    dies too while a trivial program runs (the executor works), the program is what ended it: ``fail``; the jobs
+    after it run in a fresh worker. Only a failure of the executor itself leaves ``grader_error``."""
+    answers: list[Execution] = []
+    while len(answers) < len(jobs):
+        got, error = _worker_answers(jobs[len(answers):], limits, python, fork)
+        answers += got
+        if len(answers) == len(jobs):
+            break
+        culprit = jobs[len(answers)]
+        alone, alone_error = _worker_answers([culprit], limits, python, fork)
+        if alone:
+            answers += alone
+            continue
+        canary, _ = _worker_answers([("def f():\n    return 1", [{"call": "f()", "expected": 1}])], limits, python,
+                                    fork)
+        if not (canary and canary[0].status == "ok"):  # the executor itself fails: nothing here is a program's doing
+            return answers + [Execution("grader_error", 0, len(t), (error or alone_error)[:200])
+                              for _, t in jobs[len(answers):]]
+        answers.append(Execution("fail", 0, len(culprit[1]), f"the program ended its executor ({alone_error})"[:200]))
+    return answers
+
+
+def _worker_answers(jobs: list[Job], limits: ExecLimits, python: str,
+                    fork: bool = True) -> tuple[list[Execution], str]:
+    """One fresh worker over ``jobs``: the executions it answered, in order (an unreadable row is ``grader_error``),
+    and why it stopped short ("" when it answered every job)."""
     request = {"jobs": [{"program": p, "tests": [_blind(t) for t in tests]} for p, tests in jobs],
                "time_s": limits.time_s, "fork": fork, "memory_mb": limits.memory_mb, "python": python}
     prefix = _UNSHARE if backend_of(limits) == "unshare" else []
@@ -221,9 +253,9 @@ def _one_worker(jobs: list[Job], limits: ExecLimits, python: str, fork: bool = T
             answers.append(_judged(row["status"], str(row["detail"]), list(row["outcomes"]), tests))
         except (ValueError, KeyError, TypeError, RecursionError):  # a value nested past what json reads
             answers.append(Execution("grader_error", 0, len(tests), f"unreadable worker answer: {line[:80]!r}"))
-    error = error or "worker answered fewer jobs than it was given"
-    answers += [Execution("grader_error", 0, len(t), error[:200]) for _, t in jobs[len(answers):]]
-    return answers
+    if len(answers) == len(jobs):
+        return answers, ""
+    return answers, error or "worker answered fewer jobs than it was given"
 
 
 def count_statuses(executions: list[Execution]) -> dict[str, int]:

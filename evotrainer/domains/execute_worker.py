@@ -54,6 +54,12 @@ REPORT_MAX = 4 * 1024 * 1024  # bytes of one program's report read at most (a va
 _CHILD_FN = r'''
 def child(data, channel):
     import json, os
+    try:  # no capability left (under unshare the child is root of its namespace): the worker's /proc is closed to it
+        import ctypes
+        head, caps = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()
+        ctypes.CDLL(None).capset(head, caps)
+    except Exception:
+        pass
     report = os.fdopen(os.dup(channel), "w", buffering=1)
     os.close(channel)
     null = os.open(os.devnull, os.O_RDWR)
@@ -235,7 +241,18 @@ def run_one(job: dict, time_s: float, memory_mb: int, python: str, fork: bool = 
     return {"status": "ok", "total": total, "detail": "", "outcomes": outcomes}
 
 
+def _undumpable() -> None:
+    """Make this worker undumpable: a program (same user, no capability) can then neither open the worker's pipes
+    through ``/proc/<worker>/fd`` (writing rows of its own into the answers) nor read or trace its memory."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, AttributeError):  # not Linux: nothing to close
+        pass
+
+
 def main() -> None:
+    _undumpable()
     request = json.loads(sys.stdin.read())
     for job in request["jobs"]:
         row = run_one(job, float(request["time_s"]), int(request["memory_mb"]), request["python"],
