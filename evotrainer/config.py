@@ -201,8 +201,9 @@ class EvolutionConfig(_Section):
         False, description="after a promotion, train the old main like the phase that first trains the edit (same "
         "checkpoint and seeds) and compare the two on the dev split, paired per task and seed: the edit's "
         "realized effect. A loss beyond the margin rolls the edit back by a new commit on main. Off by default: it "
-        "trains a whole phase again per seed, and in a two-phase run it can only report (no phase is left to train "
-        "on what a rollback restores); without it the realized effect is the unpaired change of dev accuracy"
+        "trains a whole phase again per seed. Not after the run's last phase (unless evolution.final_round): no "
+        "phase is left to train on what a rollback restores, so it could only report. Without it the realized "
+        "effect is the unpaired change of dev accuracy, never called a loss"
     )
     counterfactual_seeds: int = Field(
         2, ge=1, description="seeds of the realized-effect comparison. Seed 0 is the phase itself against the old "
@@ -219,9 +220,10 @@ class EvolutionConfig(_Section):
         "propose a subtraction, and main rolls back to its last known-good version when accuracy fell (0 = never)"
     )
     final_round: bool = Field(
-        False, description="run the evolution round after the last phase too. Off (default): the run ends once its "
-        "last phase is trained, scored and its last promotion's effect measured, since no phase is left to train "
-        "on what that round would promote; `evotrainer run RUN --phases N` runs the waiting round first"
+        False, description="run the evolution round (and the counterfactual) after the last phase too. Off (default): the run ends "
+        "once its last phase is trained, scored and its last promotion's effect measured (unpaired), since no phase "
+        "is left to train on what that round would promote or a rollback restore; `evotrainer run RUN --phases N` "
+        "runs the waiting round first"
     )
 
 

@@ -81,6 +81,35 @@ def test_the_realized_effect_decides_rollback_and_the_skill_s_win(tmp_path: Path
         assert not done.reverted_sha and main.hexsha == merged
 
 
+@pytest.mark.parametrize("final_round", [False, True])
+def test_after_the_last_phase_the_counterfactual_trains_only_when_a_phase_follows(tmp_path: Path, monkeypatch,
+                                                                                   final_round):
+    """Nothing trains on what a rollback after the run's last phase restores: no counterfactual is trained there
+    (a phase again per seed, only to report) and the effect is the unpaired change, never a loss; with
+    ``evolution.final_round`` (a round, so a phase, may follow) it is trained as after any other phase."""
+    from evotrainer import config as C
+
+    from evotrainer.contracts import Rollout
+
+    rd = make_run(tmp_path / "run")
+    write_rollouts([Rollout(**r) for r in phase_rows(rd, 2)], rd.rollout_file(2))
+    rt = runtime(rd, trainer=None)
+    try:
+        rt.cfg = C.apply_overrides(rt.cfg, ["phases=2", f"evolution.final_round={str(final_round).lower()}"])
+        promo = promoted(rt.repo, "warmer", 1.3)
+        asked = []
+        monkeypatch.setattr(effect, "counterfactual", lambda rt_, p, after, starts=None: asked.append(p.branch) or
+                            [(_eval(set(range(150))), after.eval)])
+        state = RunState(phase=2, results=[_result(1, rt.repo.sha("main"), _eval(set(range(120)))),
+                                           _result(2, promo.main_sha, _eval(set(range(110))))],
+                         promotions=[promo], candidates=[promo.candidate])
+        done = effect.step(rt, state)["promotions"][0]
+    finally:
+        rt.close()
+    assert asked == ([promo.branch] if final_round else [])
+    assert ("unpaired" in done.effect) != final_round and ("rolled back" in done.effect) == final_round
+
+
 def test_the_phase_end_of_a_baseline_shows_no_realized_effect(tmp_path: Path):
     """keep/discard writes its verdict into ``Promotion.effect`` and no ``effect`` note: the phase's summary (the
     run's, after the Librarian) has no realized effect to show for it, rather than a note that is not there."""

@@ -5,7 +5,8 @@ old main trained from the same checkpoint with the same seeds and tasks (and, at
 again), scored on the dev split and compared per task and seed (:func:`realized_effect`, stored as the
 candidate's ``effect`` git note). An edit whose effect is a loss beyond that paired margin is rolled back by a new
 commit on main (:func:`rollback`); then, in a stalled run, the escalation's rollback to the last known-good harness
-(``escalation.rollback``). The Librarian (the next step) turns the measured effect into skill evidence. The
+(``escalation.rollback``). After the run's last phase (unless ``evolution.final_round``) nothing trains on what a
+rollback restores, so no counterfactual is trained there: the effect is the unpaired change. The Librarian (the next step) turns the measured effect into skill evidence. The
 baselines (static, keep/discard) get none of this: the step passes through.
 """
 
@@ -151,7 +152,11 @@ def step(rt: Runtime, state: RunState) -> dict:
         if promo.phase != state.phase - 1 or promo.effect:
             continue  # a phase's waiting round passes here twice, measures once
         after = next(r for r in state.results if r.phase == promo.phase + 1)
-        effect = realized_effect(rt.evidence, promo, list(state.results), counterfactual(rt, promo, after, state.starts))
+        # after the run's last phase no phase trains on what a rollback would restore: the counterfactual's trainings
+        # (a phase again per seed) would only report, so the effect is the unpaired one (unless evolution.final_round)
+        last = state.phase >= rt.cfg.phases and not rt.cfg.evolution.final_round
+        pairs = None if last else counterfactual(rt, promo, after, state.starts)
+        effect = realized_effect(rt.evidence, promo, list(state.results), pairs)
         promotions[i] = promo = promo.model_copy(update={"effect": effect["summary"]})
         if effect["lost"] and not promo.reverted_sha:
             promotions[i] = promo = rollback(rt, promo, effect, state.phase)
