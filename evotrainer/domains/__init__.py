@@ -4,7 +4,10 @@ framework derives from them (the Engineer's moves, the neutral forms, the reward
 
 A domain package registers itself here with one :func:`register` call (name, the module and class of its evaluator,
 its seed folder); :func:`get_domain`, :data:`DOMAINS` and the config's ``domain`` check read only this registry, so
-a new domain is one package and one line below, and every test that iterates :data:`DOMAINS` covers it. Alone::
+a new domain is one package and one line below, and every test that iterates :data:`DOMAINS` covers it. What the
+domains share: ``base.py`` (the :class:`Domain` interface), ``draws.py`` (the four splits drawn from a level's space),
+``neutral.py`` (each code layer's neutral form), ``execute.py`` and ``execute_worker.py`` (the policy-code
+executor). Alone::
 
     python -c "from evotrainer.domains import DOMAINS, spec; print([spec(d) for d in DOMAINS])"
 """

@@ -44,10 +44,10 @@ import functools
 import random
 import re
 
-from evotrainer.domains.base import ID_PREFIX, SPLITS, Domain, Task
+from evotrainer.domains.base import Domain, Task
 from evotrainer.domains.code import humaneval
 from evotrainer.domains.execute import ExecLimits, Execution, run_batch
-from evotrainer.domains.math import _distinct
+from evotrainer.domains.draws import level_splits
 
 _FLOAT_INT = re.compile(r"(?<![\w.])(\d+)\.(?![\w.])")  # an integer written as a float literal: 30.
 HIDDEN_INPUTS = range(30)  # hidden test inputs (never the examples)
@@ -136,28 +136,7 @@ class CodeDomain(Domain):
         self.python = python  # the interpreter policy code runs under (None: this one)
 
     def splits(self, seed: int, sizes: dict[str, int]) -> dict[str, list[Task]]:
-        out: dict[str, list[Task]] = {name: [] for name in SPLITS}
-        per = {name: -(-max(0, sizes.get(name, 0)) // len(LEVELS)) for name in SPLITS}  # per level, rounded up
-        for level in LEVELS:
-            size = space_size(level)
-            if 2 * (per["held_out"] + per["dev"]) > size:
-                raise ValueError(f"training.eval_size and training.dev_size ask {per['held_out']} + {per['dev']} "
-                                 f"tasks of code level {level}, more than half its {size} distinct prompts")
-            taken: set[int] = set()
-            drawn: dict[str, list[int]] = {}
-            for name in ("held_out", "dev"):
-                drawn[name] = _distinct(random.Random(f"code-{seed}-{level}-{ID_PREFIX[name]}"), size, per[name], taken)
-                taken.update(drawn[name])
-            left, want = size - len(taken), per["rl"] + per["warmup"]
-            distinct = {"rl": min(per["rl"], left if want <= left else round(left * per["rl"] / want))}
-            distinct["warmup"] = min(per["warmup"], left - distinct["rl"])
-            for name in ("rl", "warmup"):
-                ids = _distinct(random.Random(f"code-{seed}-{level}-{ID_PREFIX[name]}"), size, distinct[name], taken)
-                taken.update(ids)
-                drawn[name] = ids + [ids[n % len(ids)] for n in range(per[name] - len(ids))] if ids else []
-            for name in SPLITS:
-                out[name] += [self._task(f"{ID_PREFIX[name]}-{level}-{n}", level, i) for n, i in enumerate(drawn[name])]
-        return out
+        return level_splits("code", seed, sizes, LEVELS, space_size, self._task)
 
     @staticmethod
     def _task(task_id: str, level: str, position: int) -> Task:

@@ -45,10 +45,10 @@ Engineer's math-only harness edits live in ``agents/domains/math.py``. Try it al
 from __future__ import annotations
 
 import math
-import random
 import re
 
-from evotrainer.domains.base import ID_PREFIX, SPLITS, Domain, Task
+from evotrainer.domains.base import Domain, Task
+from evotrainer.domains.draws import level_splits
 
 Shape = tuple[int, ...]  # digits of each term, in order
 # level -> its shapes; a shape belongs to one level only
@@ -100,51 +100,12 @@ def expression(level: str, index: int) -> tuple[str, int]:
     raise IndexError(f"level {level} has {space_size(level)} prompts")
 
 
-def _distinct(rng: random.Random, size: int, k: int, exclude: set[int]) -> list[int]:
-    """``k`` distinct indices in range(size), none in ``exclude`` (k <= size - len(exclude))."""
-    if 2 * k <= size - len(exclude):  # sparse: draw and reject, never materialising a large space
-        out, seen = [], set(exclude)
-        while len(out) < k:
-            i = rng.randrange(size)
-            if i not in seen:
-                seen.add(i)
-                out.append(i)
-        return out
-    rest = [i for i in range(size) if i not in exclude]
-    rng.shuffle(rest)
-    return rest[:k]
-
-
 class MathDomain(Domain):
     name = "math"
     levels = list(LEVELS)
 
     def splits(self, seed: int, sizes: dict[str, int]) -> dict[str, list[Task]]:
-        out: dict[str, list[Task]] = {name: [] for name in SPLITS}
-        per = {name: -(-max(0, sizes.get(name, 0)) // len(LEVELS)) for name in SPLITS}  # per level, rounded up
-        for level in LEVELS:
-            size = space_size(level)
-            if 2 * (per["held_out"] + per["dev"]) > size:
-                raise ValueError(f"training.eval_size and training.dev_size ask {per['held_out']} + {per['dev']} "
-                                 f"tasks of math level {level}, more than half its {size} distinct prompts")
-            taken: set[int] = set()
-            drawn: dict[str, list[int]] = {}
-            for name in ("held_out", "dev"):  # without repeats
-                drawn[name] = _distinct(random.Random(f"math-{seed}-{level}-{ID_PREFIX[name]}"), size, per[name], taken)
-                taken.update(drawn[name])
-            # the training pools share what is left, in proportion to their sizes when it is too little for both
-            left, want = size - len(taken), per["rl"] + per["warmup"]
-            distinct = {"rl": min(per["rl"], left if want <= left else round(left * per["rl"] / want))}
-            distinct["warmup"] = min(per["warmup"], left - distinct["rl"])
-            for name in ("rl", "warmup"):
-                if per[name] and not distinct[name]:
-                    raise ValueError(f"math level {level} has no prompt left for the {name} split ({size} prompts)")
-                ids = _distinct(random.Random(f"math-{seed}-{level}-{ID_PREFIX[name]}"), size, distinct[name], taken)
-                taken.update(ids)
-                drawn[name] = ids + [ids[n % len(ids)] for n in range(per[name] - len(ids))]  # a small space cycles
-            for name in SPLITS:
-                out[name] += [self._task(f"{ID_PREFIX[name]}-{level}-{n}", level, i) for n, i in enumerate(drawn[name])]
-        return out
+        return level_splits("math", seed, sizes, LEVELS, space_size, self._task)
 
     @staticmethod
     def _task(task_id: str, level: str, index: int) -> Task:

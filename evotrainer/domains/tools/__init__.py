@@ -39,6 +39,7 @@ import string
 from dataclasses import dataclass, field
 
 from evotrainer.domains.base import ID_PREFIX, SPLITS, Domain, Task
+from evotrainer.domains.draws import distinct, per_level
 
 LOWER, UPPER = string.ascii_lowercase, string.ascii_uppercase
 # level -> the case of each key of its prompt ("l": lowercase key, value 0-9; "u": uppercase key, value 10-99)
@@ -123,10 +124,8 @@ class ToolsDomain(Domain):
     transcript_budget = 40  # tokens of a held-out transcript, at least (a level-4 solution takes 27 characters)
 
     def splits(self, seed: int, sizes: dict[str, int]) -> dict[str, list[Task]]:
-        from evotrainer.domains.math import _distinct  # the same draw without repeats as math's
-
         out: dict[str, list[Task]] = {name: [] for name in SPLITS}
-        per = {name: -(-max(0, sizes.get(name, 0)) // len(LEVELS)) for name in SPLITS}
+        per = per_level(sizes, LEVELS)
         for level in LEVELS:
             size = space_size(level)
             if 2 * sum(per.values()) > size:
@@ -134,7 +133,7 @@ class ToolsDomain(Domain):
                                  f"its {size} distinct prompts")
             taken: set[int] = set()
             for name in SPLITS:  # held-out first, then dev, rl, warm-up: each without repeats, none shared
-                ids = _distinct(random.Random(f"tools-{seed}-{level}-{ID_PREFIX[name]}"), size, per[name], taken)
+                ids = distinct(random.Random(f"tools-{seed}-{level}-{ID_PREFIX[name]}"), size, per[name], taken)
                 taken.update(ids)
                 out[name] += [make_task(f"{ID_PREFIX[name]}-{level}-{n}", level, i) for n, i in enumerate(ids)]
         return out
