@@ -57,7 +57,9 @@ class ExecLimits(BaseModel):
     memory_mb: int = Field(256, ge=32, le=8192, description="address-space limit (RLIMIT_AS) of one program, in MiB")
     backend: Literal["auto", "unshare", "process"] = Field(
         "auto", description="isolation of the batch worker: unshare (own user, network and PID namespaces: no "
-        "network, nothing outlives the batch), process (limits and group kill only), auto: unshare where it works")
+        "network, nothing outlives the batch), process (limits and group kill only: a program runs as this user, "
+        "so the user's other processes are as open to it as this machine's ptrace policy leaves them), auto: "
+        "unshare where it works")
     workers: int = Field(
         0, ge=0, le=64, description="batch workers run side by side, each on its share of a batch's programs (the "
         "trainer waits while they run, so its cores are free); 0 = one per CPU core")
