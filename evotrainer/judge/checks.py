@@ -7,6 +7,8 @@ compare its decisions with it:
     self_tests            the candidate's own harness tests pass (separate process, time limit), but for those
                           that fail on main too (``Baseline.failing``)
     knobs_valid           harness.yaml is well-formed
+    reward_pentest        the reward pays none of the domain's null probes (``judge.pentest``), but for those main's
+                          reward pays too, by as much (``Baseline.pentest``)
     ordering_violations   inside groups, verified-correct rollouts are not ranked below wrong ones more than on main
     reward_verified_auc   the reward separates correct from wrong at least as well as main's
     target:<metric>       moves in the promised direction by more than the noise floor (1.96 x the bootstrap
@@ -57,7 +59,7 @@ from evotrainer.domains.execute import ExecLimits
 from evotrainer.harness.knobs import Knobs, KnobsError, read_knobs
 from evotrainer.harness.repo import HarnessRepo
 from evotrainer.judge.arbitrate import Arbiter
-from evotrainer.judge.pentest import CHECK as PENTEST, bar, pentest
+from evotrainer.judge.pentest import CHECK as PENTEST, Pentest, bar, pentest
 from evotrainer.judge.replay import METRICS, mixed, noise_floor, registry, replay
 from evotrainer.judge.safety import attempts_check, safety_checks
 from evotrainer.rollouts import SPREAD_EPS
@@ -76,6 +78,7 @@ class Baseline:
     tasks: dict[str, dict]
     _replay: dict | None = None
     _failing: set[str] | None = None
+    _pentest: Pentest | None = None
 
     @property
     def replay(self) -> dict:
@@ -93,6 +96,17 @@ class Baseline:
             except HarnessError:
                 self._failing = set()
         return self._failing
+
+    def pentest(self, domain: str, executor: ExecLimits | None) -> Pentest | None:
+        """Main's own reward pentest (``judge.pentest``): a null probe main already pays is no candidate's doing (a
+        first harness with a leaky reward would otherwise reject every edit but a repair of that leak). None when
+        main's reward cannot be scored (each candidate is then held to the whole pentest)."""
+        if self._pentest is None:
+            try:
+                self._pentest = _run_pentest(self.worker, self.dir, domain, executor)
+            except (HarnessError, KnobsError, ValueError):
+                return None
+        return self._pentest
 
 
 @contextlib.contextmanager
@@ -134,17 +148,33 @@ def _diag_checks(main_registry: dict, cand_values: dict) -> list[Check]:
     return checks
 
 
-def _pentest_check(worker: HarnessWorker, harness_dir: Path, domain: str, executor: ExecLimits | None) -> Check:
-    """The reward pentest (``judge.pentest``) as a replay check: a reward that pays a null probe fails it."""
+def _run_pentest(worker: HarnessWorker, harness_dir: Path, domain: str, executor: ExecLimits | None) -> Pentest:
     from evotrainer.domains import get_domain
 
+    return pentest(worker, read_knobs(harness_dir), get_domain(domain, executor))
+
+
+def _pentest_check(worker: HarnessWorker, harness_dir: Path, domain: str, executor: ExecLimits | None,
+                   main: Pentest | None = None) -> Check:
+    """The reward pentest (``judge.pentest``) as a replay check: a reward that pays a null probe fails it, unless
+    main's reward (``main``) pays that probe too, by at least as much over its bar: the candidate did not make it."""
     try:
-        result = pentest(worker, read_knobs(harness_dir), get_domain(domain, executor))
+        result = _run_pentest(worker, harness_dir, domain, executor)
     except (HarnessError, KnobsError, ValueError) as err:
         return Check(name=PENTEST, passed=False, detail=f"the pentest could not score the reward: {err}")
+
+    def over(p: Pentest, probe: str) -> float:  # how far a probe's pay clears the bar of its reward
+        return p.probes[probe] - bar(p.reference)
+
+    inherited = {p for p in result.failed if main and p in main.failed and over(result, p) <= over(main, p) + 1e-9}
+    new = [p for p in result.failed if p not in inherited]
+    detail = Pentest(result.reference, result.probes, new).detail()
+    if inherited:
+        excused = f"paid on main too, not counted: {', '.join(sorted(inherited))}"
+        detail = f"{detail}; {excused}" if new else f"no null probe is paid that main's reward does not pay ({excused})"
     top = max(result.probes.values())
     return Check(name=PENTEST, base=result.reference, candidate=top, threshold=round(bar(result.reference), 6),
-                 passed=result.passed, detail=result.detail()[:500])
+                 passed=not new, detail=detail[:500])
 
 
 def _self_tests(tests: dict, failing_on_main: set[str]) -> Check:
@@ -185,7 +215,7 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
             checks.append(_self_tests(tests, base.failing))
         except HarnessError as err:
             checks.append(Check(name="self_tests", passed=False, detail=str(err)))
-        checks.append(_pentest_check(wc, cand_dir, domain, executor))
+        checks.append(_pentest_check(wc, cand_dir, domain, executor, base.pentest(domain, executor)))
         checks += safety_checks(repo, candidate, base, cand_dir, wc, settings=settings, sandbox=sandbox, hide=hide,
                                 arbiter=arbiter)
         if all(c.passed for c in checks):
