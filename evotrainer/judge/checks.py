@@ -155,13 +155,15 @@ def _run_pentest(worker: HarnessWorker, harness_dir: Path, domain: str, executor
 
 
 def _pentest_check(worker: HarnessWorker, harness_dir: Path, domain: str, executor: ExecLimits | None,
-                   main: Pentest | None = None) -> Check:
+                   base: Baseline | None = None) -> Check:
     """The reward pentest (``judge.pentest``) as a replay check: a reward that pays a null probe fails it, unless
-    main's reward (``main``) pays that probe too, by at least as much over its bar: the candidate did not make it."""
+    main's reward (``base.pentest``, run only then) pays that probe too, by at least as much over its bar: the
+    candidate did not make it."""
     try:
         result = _run_pentest(worker, harness_dir, domain, executor)
     except (HarnessError, KnobsError, ValueError) as err:
         return Check(name=PENTEST, passed=False, detail=f"the pentest could not score the reward: {err}")
+    main = base.pentest(domain, executor) if base is not None and result.failed else None
 
     def over(p: Pentest, probe: str) -> float:  # how far a probe's pay clears the bar of its reward
         return p.probes[probe] - bar(p.reference)
@@ -215,7 +217,7 @@ def judge(repo: HarnessRepo, candidate: Candidate, base: Baseline, *, settings: 
             checks.append(_self_tests(tests, base.failing))
         except HarnessError as err:
             checks.append(Check(name="self_tests", passed=False, detail=str(err)))
-        checks.append(_pentest_check(wc, cand_dir, domain, executor, base.pentest(domain, executor)))
+        checks.append(_pentest_check(wc, cand_dir, domain, executor, base))
         checks += safety_checks(repo, candidate, base, cand_dir, wc, settings=settings, sandbox=sandbox, hide=hide,
                                 arbiter=arbiter)
         if all(c.passed for c in checks):
