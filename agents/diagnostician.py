@@ -14,8 +14,9 @@ ranking); by layer, its rules (failure mode, question):
     behavior  format failures (format_failures), truncation (truncation) and verified-correct-but-truncated
               (correct_but_truncated), with the length the dev evaluation's completions end within when its budget
               does not cut them, and the completion-length trend (length_growth), all behavior; reward/verified
-              disagreement, overall, as the share of right answers unrewarded or of rewarded ones wrong, and per
-              reward component (reward_disagreement, objective); the policy's entropy falling within the phase with
+              disagreement, overall, as the share of right answers unrewarded or of rewarded ones wrong (a wrong
+              answer trained toward, with a positive advantage, counts as rewarded), and per reward component
+              (reward_disagreement, objective); the policy's entropy falling within the phase with
               no reward gain, a step that overshoots (entropy_collapse, overshoot); training's right answers that
               the evaluator's shorter budget scores wrong, or training on prompts that are not the evaluator's while
               training's verified share rises beyond what dev accuracy does (train_eval_mismatch, mismatch)
@@ -459,7 +460,14 @@ class HeuristicDiagnostician:
         def is_rewarded(r: dict) -> bool:
             return r["reward"] > (low + high) / 2 if high - low >= 1e-9 else low > 0
 
-        rewarded = [r for r in rows if is_rewarded(r)]
+        # credited: rewarded, or trained toward (a positive advantage): GRPO reinforces what beats its group's mean,
+        # so a reward paying a wrong answer a part of what a right one earns trains it wherever it beats the rest of
+        # its group, below the middle of the range as it is. A right answer is unrewarded only below the middle (in
+        # a group of right answers every advantage is 0)
+        def credited(r: dict) -> bool:
+            return is_rewarded(r) or float(r.get("advantage") or 0.0) > 0
+
+        rewarded = [r for r in rows if credited(r)]
         false_pos = [r for r in rewarded if not r["verified"]]
         false_neg = [r for r in rows if r["verified"] and not is_rewarded(r)]
         e = rate_evidence("reward_verified_disagreement", len(false_pos) + len(false_neg), len(rows),
@@ -494,7 +502,8 @@ class HeuristicDiagnostician:
         return Diagnosis(
             id="", **_mode("reward_disagreement"),
             statement=f"{(len(false_pos) + len(false_neg)) / len(rows):.1%} of rollouts get a reward that disagrees "
-                      f"with the verifier, mostly {kind} ({len(false_pos)} of {len(rewarded)} rewarded ones wrong, "
+                      f"with the verifier, mostly {kind} ({len(false_pos)} of {len(rewarded)} rewarded or trained-toward "
+                      f"ones wrong, "
                       f"{len(false_neg)} of {shares[0].n} verified-correct ones unrewarded)"
                       + (f"; of the {which}, component {culprits}." if culprits else "."),
             evidence=[e, rate_evidence("rewarded_but_wrong", len(false_pos), len(rows)),

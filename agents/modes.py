@@ -52,7 +52,8 @@ class Mode:
 
 MODES: dict[str, Mode] = {m.name: m for m in [
     Mode("reward_disagreement", "behavior", "objective",
-         "reward vs verified per rollout, overall and as shares of the right / rewarded ones, per reward component",
+         "reward vs verified per rollout (and the advantage it trained with), overall and as shares of the right / "
+         "rewarded ones, per reward component",
          "the reward disagrees with the verifier: it pays wrong answers or misses right ones"),
     Mode("training_decline", "score", "overshoot",
          "verified share and reward of training rollouts, phase over phase, on an unchanged harness",

@@ -205,3 +205,31 @@ def test_the_reward_repairs_score_a_completion_with_no_answer_as_zero_on_every_s
     assert correct({"completion": "I think so", "task": task}) == 0.0
     assert correct({"completion": "", "task": task}) == 0.0
     assert correct({"completion": "40", "task": task}) == 1.0 and correct({"completion": "+40", "task": task}) == 1.0
+
+
+@pytest.mark.parametrize("partial", [0.5, 0.3, 0.0])
+def test_a_wrong_answer_paid_part_of_a_right_one_is_rewarded_where_it_trains(tmp_path, partial):
+    """Partial credit sits at or below the middle of the reward range, so "above the middle" never called it
+    rewarded, yet GRPO trains it wherever it beats its group's mean (a positive advantage): here every half-right
+    rollout (220 of 480), in the 40 groups without a right answer and beside the one right answer of the other 20.
+    Those count as credited: a disagreement naming the component; with no partial credit (0.0) nothing wrong trains
+    and nothing is diagnosed."""
+    groups = [[("9", True)] * (i < 20) + [("8", False)] * (4 - (i < 20)) + [("5", False)] * 4 for i in range(60)]
+    rows = rollouts(groups)
+    for r in rows:
+        r["reward"] = 1.0 if r["verified"] else partial if r["completion"] == "8" else 0.0
+        r["reward_components"] = {"share_passed": r["reward"]}
+    for g in {r["group_id"] for r in rows}:
+        group = [r for r in rows if r["group_id"] == g]
+        mean = sum(r["reward"] for r in group) / len(group)
+        for r in group:
+            r["advantage"] = r["reward"] - mean
+    repo = HarnessRepo.create(tmp_path / "harness", "math")
+    found = {d.failure_mode: d for d in HeuristicDiagnostician().diagnose(_evidence(rows, repo))}
+    if not partial:
+        assert "reward_disagreement" not in found
+        return
+    d = found["reward_disagreement"]
+    seen = {e.name: e.value for e in d.evidence}
+    assert seen["rewarded_but_wrong"] == pytest.approx(220 / 480) and seen["correct_but_unrewarded"] == 0.0
+    assert seen["credits_wrong:share_passed"] == 1.0 and "rewarded but wrong" in d.statement, d.statement
