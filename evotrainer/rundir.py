@@ -325,7 +325,7 @@ def _pentest_seed(cfg: Config, harness: Path, log) -> dict:
     for probe in result.failed:
         log(f"warning: the seed harness's reward pays a completion that answers nothing ({probe}): it earns "
             f"{result.probes[probe]:+.3f} against a correct answer's {result.reference:+.3f} (reward pentest; the "
-            "gate rejects any edit whose reward does this)")
+            "gate rejects any edit whose reward pays a probe the seed's does not)")
     return {"passed": result.passed, "reference": result.reference, "probes": result.probes, "failed": result.failed}
 
 
