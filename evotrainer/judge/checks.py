@@ -78,7 +78,7 @@ class Baseline:
     tasks: dict[str, dict]
     _replay: dict | None = None
     _failing: set[str] | None = None
-    _pentest: Pentest | None = None
+    _pentest: Pentest | bool | None = None  # False: main's reward cannot be scored (tried once)
 
     @property
     def replay(self) -> dict:
@@ -105,8 +105,8 @@ class Baseline:
             try:
                 self._pentest = _run_pentest(self.worker, self.dir, domain, executor)
             except (HarnessError, KnobsError, ValueError):
-                return None
-        return self._pentest
+                self._pentest = False
+        return self._pentest or None
 
 
 @contextlib.contextmanager
