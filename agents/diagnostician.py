@@ -502,8 +502,8 @@ class HeuristicDiagnostician:
         return Diagnosis(
             id="", **_mode("reward_disagreement"),
             statement=f"{(len(false_pos) + len(false_neg)) / len(rows):.1%} of rollouts get a reward that disagrees "
-                      f"with the verifier, mostly {kind} ({len(false_pos)} of {len(rewarded)} rewarded or trained-toward "
-                      f"ones wrong, "
+                      f"with the verifier, mostly {kind} ({len(false_pos)} of {len(rewarded)} rewarded or "
+                      f"trained-toward ones wrong, "
                       f"{len(false_neg)} of {shares[0].n} verified-correct ones unrewarded)"
                       + (f"; of the {which}, component {culprits}." if culprits else "."),
             evidence=[e, rate_evidence("rewarded_but_wrong", len(false_pos), len(rows)),

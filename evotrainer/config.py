@@ -220,7 +220,8 @@ class EvolutionConfig(_Section):
         "propose a subtraction, and main rolls back to its last known-good version when accuracy fell (0 = never)"
     )
     final_round: bool = Field(
-        False, description="run the evolution round (and the counterfactual) after the last phase too. Off (default): the run ends "
+        False, description="run the evolution round (and the counterfactual) after the last phase too. Off "
+        "(default): the run ends "
         "once its last phase is trained, scored and its last promotion's effect measured (unpaired), since no phase "
         "is left to train on what that round would promote or a rollback restore; `evotrainer run RUN --phases N` "
         "runs the waiting round first"

@@ -166,7 +166,8 @@ def test_only_a_value_of_exactly_the_expected_type_passes():
 
 # a program that writes a passing row of its own into the worker's answers (through /proc), then one that kills it
 _FORGE_ROW = ("import os, json\nw = open('/proc/%d/fd/1' % os.getppid(), 'w')\n"
-              "w.write(json.dumps({'status': 'ok', 'total': 2, 'detail': '', 'outcomes': [{'value': 5}, {'value': 10}]})"
+              "w.write(json.dumps({'status': 'ok', 'total': 2, 'detail': '',"
+              " 'outcomes': [{'value': 5}, {'value': 10}]})"
               " + '\\n')\nw.flush()\ndef f(x):\n    return 0")
 _KILL_WORKER = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef f(x):\n    return 0"
 

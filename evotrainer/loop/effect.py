@@ -6,7 +6,8 @@ again), scored on the dev split and compared per task and seed (:func:`realized_
 candidate's ``effect`` git note). An edit whose effect is a loss beyond that paired margin is rolled back by a new
 commit on main (:func:`rollback`); then, in a stalled run, the escalation's rollback to the last known-good harness
 (``escalation.rollback``). After the run's last phase (unless ``evolution.final_round``) nothing trains on what a
-rollback restores, so no counterfactual is trained there: the effect is the unpaired change. The Librarian (the next step) turns the measured effect into skill evidence. The
+rollback restores, so no counterfactual is trained there: the effect is the unpaired change. The Librarian (the next
+step) turns the measured effect into skill evidence. The
 baselines (static, keep/discard) get none of this: the step passes through.
 """
 
@@ -22,7 +23,7 @@ from evotrainer.judge.targets import measure
 from evotrainer.loop import escalation
 from evotrainer.loop.evidence import EvidenceCache
 from evotrainer.loop.promote import undo
-from evotrainer.loop.runtime import Runtime
+from evotrainer.loop.runtime import Runtime, none_follows
 from evotrainer.loop.state import RunState
 from evotrainer.metrics import paired_gain, unpaired_margin, wilson
 from evotrainer.trainer.client import TrainerError
@@ -154,8 +155,7 @@ def step(rt: Runtime, state: RunState) -> dict:
         after = next(r for r in state.results if r.phase == promo.phase + 1)
         # after the run's last phase no phase trains on what a rollback would restore: the counterfactual's trainings
         # (a phase again per seed) would only report, so the effect is the unpaired one (unless evolution.final_round)
-        last = state.phase >= rt.cfg.phases and not rt.cfg.evolution.final_round
-        pairs = None if last else counterfactual(rt, promo, after, state.starts)
+        pairs = None if none_follows(rt.cfg, state.phase) else counterfactual(rt, promo, after, state.starts)
         effect = realized_effect(rt.evidence, promo, list(state.results), pairs)
         promotions[i] = promo = promo.model_copy(update={"effect": effect["summary"]})
         if effect["lost"] and not promo.reverted_sha:

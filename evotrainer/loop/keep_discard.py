@@ -24,7 +24,7 @@ from evotrainer.agents_config import HEURISTIC
 from evotrainer.contracts import Candidate, Diagnosis, Promotion
 from evotrainer.harness.repo import HARNESS_FILES, parse_trailers
 from evotrainer.loop.promote import undo
-from evotrainer.loop.runtime import Runtime
+from evotrainer.loop.runtime import Runtime, none_follows
 from evotrainer.loop.state import RunState
 from evotrainer.rollouts import level_history
 
@@ -43,7 +43,7 @@ def step(rt: Runtime, state: RunState) -> dict:
                                     "dev accuracy did not rise", {"Reason": "keep/discard: accuracy did not rise"})
     if any(p.phase == state.phase for p in promotions):  # this phase's edit is made (a re-run after a kill)
         return {"promotions": promotions, "round_due": False}
-    if state.phase >= rt.cfg.phases and not rt.cfg.evolution.final_round:
+    if none_follows(rt.cfg, state.phase):
         return {"promotions": promotions, "round_due": True}  # no phase would train on a next edit: it waits
     if merged := _merged_before(rt, state.phase):  # killed after the merge, before this step's state was saved
         return {"promotions": [*promotions, merged], "round_due": False}

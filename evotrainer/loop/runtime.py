@@ -22,6 +22,12 @@ from evotrainer.trainer.client import TrainerClient
 from evotrainer.trainer.wire import PhaseRequest
 
 
+def none_follows(cfg: Config, phase: int) -> bool:
+    """Whether no phase trains after ``phase`` (the run's last, unless ``evolution.final_round`` keeps a round after
+    it): an edit promoted, or rolled back, then reaches no training."""
+    return phase >= cfg.phases and not cfg.evolution.final_round
+
+
 @dataclass
 class Runtime:
     rd: RunDir

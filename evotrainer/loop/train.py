@@ -16,7 +16,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from evotrainer.judge.safety import attempts_check
-from evotrainer.loop.runtime import Runtime
+from evotrainer.loop.runtime import Runtime, none_follows
 from evotrainer.loop.state import RunState
 
 
@@ -49,7 +49,7 @@ def after(rt: Runtime, state: RunState) -> str:
     """The next step after training: the evolution round when a later phase will train on it, else the phase's end
     (the realized effect, then the Librarian)."""
     mode = rt.cfg.evolution.mode
-    if mode == "evolve" and state.phase >= rt.cfg.phases and not rt.cfg.evolution.final_round:
+    if mode == "evolve" and none_follows(rt.cfg, state.phase):
         return "effect"
     return {"evolve": "diagnose", "static": "effect", "keep_discard": "keep_discard"}[mode]
 
